@@ -1,0 +1,25 @@
+"""All I/O of reaper: every SQL statement and outside call lives in this package."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from activities.collect import CollectActivities
+from activities.liveness import LivenessActivities
+from activities.reap import ReapActivities
+
+
+class ReaperActivities(LivenessActivities, CollectActivities, ReapActivities):
+    """Every activity, bound to one asyncpg pool and the controller's settings."""
+
+    def all(self) -> list[Callable[..., Any]]:
+        """The bound activity methods, for ``Worker(activities=...)``."""
+        return [
+            self.load_timings,
+            self.record_worker_state,
+            self.set_draining,
+            self.fleet_status,
+            self.reconcile_report,
+            self.destroy_missing,
+            self.reap_worker,
+        ]

@@ -1,0 +1,75 @@
+"""What every activity class shares: the pool, the settings, and the events writer."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import asyncpg
+
+from reaper.config import Settings
+
+KIND_TABLE = {"containers": "reaper.containers", "volumes": "reaper.volumes", "tasks": "reaper.tasks"}
+"""Report kind -> table. Table names are fixed identifiers, never user input."""
+
+EVENT_KIND = {"containers": "container", "volumes": "volume", "tasks": "task"}
+"""Report kind -> ``events.kind`` (CONTRACT.md §3)."""
+
+
+class ActivityBase:
+    """Holds the asyncpg pool and settings; keeps no per-call state (activities run concurrently).
+
+    Args:
+        pool: an open asyncpg pool on the reaper database (schema ``reaper`` migrated).
+        settings: controller settings; activities read only dry-run and thresholds from it.
+    """
+
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+        self.pool = pool
+        self.settings = settings
+
+
+async def write_events(
+    conn: asyncpg.Connection,
+    worker: str | None,
+    kind: str,
+    action: str,
+    handles: Sequence[str | None],
+    reason: str | None,
+    actor: str | None = None,
+    *,
+    dry_run: bool = False,
+) -> None:
+    """Insert one ``reaper.events`` row per handle (``would-<action>`` in a dry run).
+
+    Callers run this in the same transaction as the change it records, so a retried
+    activity that finds nothing left to change writes no second row (CONTRACT.md §3).
+    """
+    if not handles:
+        return
+    await conn.execute(
+        "INSERT INTO reaper.events (worker, kind, handle, action, reason, actor)"
+        " SELECT $1, $2, h, $4, $5, $6 FROM unnest($3::text[]) AS h",
+        worker,
+        kind,
+        list(handles),
+        f"would-{action}" if dry_run else action,
+        reason,
+        actor,
+    )
+
+
+KIND_KEY = {"containers": "handle", "volumes": "handle", "tasks": "id"}
+"""Report kind -> the table's primary-key column holding the handle."""
+
+
+def per_kind(template: str) -> dict[str, str]:
+    """Expand a statement written with ``{table}`` and ``{key}`` for each kind's fixed names."""
+    return {
+        kind: template.replace("{table}", table).replace("{key}", KIND_KEY[kind])
+        for kind, table in KIND_TABLE.items()
+    }
+
+
+def unique(items: Iterable[str]) -> list[str]:
+    """Items without repeats, first occurrence order kept."""
+    return list(dict.fromkeys(items))

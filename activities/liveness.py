@@ -1,0 +1,160 @@
+"""Activities of the liveness workflow: worker state, draining, settings, fleet state."""
+
+from __future__ import annotations
+
+import asyncpg
+from temporalio import activity
+
+from activities.base import ActivityBase, write_events
+from activities.types import DrainChange, FleetView, WorkerStateChange
+from reaper.models import Timings
+from reaper.rules import FleetState, fleet_state
+
+_CLEAR_MARKS = (
+    "UPDATE reaper.containers SET missing_since = NULL"
+    " WHERE worker = $1 AND missing_since IS NOT NULL",
+    "UPDATE reaper.volumes SET missing_since = NULL"
+    " WHERE worker = $1 AND missing_since IS NOT NULL",
+    "UPDATE reaper.tasks SET missing_since = NULL"
+    " WHERE worker = $1 AND missing_since IS NOT NULL",
+)
+
+
+async def refresh_fleet(conn: asyncpg.Connection, threshold: float) -> FleetView:
+    """Recompute the fleet's disruption state from ``reaper.workers`` and store it if changed.
+
+    When the fleet leaves ``full`` disruption, ``recovered_at`` is set: every worker then gets
+    a fresh ``LOST_AFTER`` before it can be reaped (CONTRACT.md rule 6). Runs inside the
+    caller's transaction; the fleet row is locked so concurrent callers serialise.
+    """
+    row = await conn.fetchrow(
+        "SELECT state, since, recovered_at FROM reaper.fleet WHERE id = 1 FOR UPDATE"
+    )
+    counts = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE state = 'running') AS healthy,"
+        " count(*) FILTER (WHERE state <> 'running') AS unhealthy FROM reaper.workers"
+    )
+    new = fleet_state(counts["healthy"], counts["unhealthy"], threshold)
+    since, recovered_at = row["since"], row["recovered_at"]
+    if new.value != row["state"]:
+        recovering = row["state"] == FleetState.full.value
+        stamp = await conn.fetchval(
+            "UPDATE reaper.fleet SET state = $1, since = now(),"
+            " recovered_at = CASE WHEN $2 THEN now() ELSE recovered_at END"
+            " WHERE id = 1 RETURNING since",
+            new.value,
+            recovering,
+        )
+        since = stamp
+        if recovering:
+            recovered_at = stamp
+        await write_events(
+            conn, None, "worker", "fleet", [None],
+            f"{row['state']} -> {new.value} ({counts['unhealthy']} of "
+            f"{counts['healthy'] + counts['unhealthy']} unhealthy)",
+        )
+    return FleetView(
+        state=new.value,
+        healthy=counts["healthy"],
+        unhealthy=counts["unhealthy"],
+        since=since,
+        recovered_at=recovered_at,
+    )
+
+
+class LivenessActivities(ActivityBase):
+    """Activities called by ``WorkerLiveness``."""
+
+    @activity.defn(name="load_timings")
+    async def load_timings(self) -> Timings:
+        """The durations and switches the workflows run with, from the controller's settings."""
+        s = self.settings
+        return Timings(
+            heartbeat_interval=s.heartbeat_interval,
+            stall_after=s.stall_after,
+            lost_after=s.lost_after,
+            missing_ttl=s.missing_ttl,
+            creating_timeout=s.creating_timeout,
+            resync_interval=s.resync_interval,
+            disruption_threshold=s.disruption_threshold,
+            dry_run=s.dry_run,
+        )
+
+    @activity.defn(name="record_worker_state")
+    async def record_worker_state(self, change: WorkerStateChange) -> FleetView:
+        """Upsert the ``workers`` row; on a state change write an ``events`` row.
+
+        A worker that returns to ``running`` from ``stalled`` or ``lost`` has all its marks
+        cleared: time spent stalled or lost does not count towards ``MISSING_TTL``, and its
+        first complete report after the return decides (CONTRACT.md rule 4).
+        Idempotent: a retry finds the state already written and changes nothing more.
+
+        Returns:
+            The fleet's state after the change.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            old = await conn.fetchrow(
+                "SELECT state FROM reaper.workers WHERE name = $1 FOR UPDATE", change.worker
+            )
+            old_state = old["state"] if old else None
+            new_state = change.state.value
+            if old is None:
+                await conn.execute(
+                    "INSERT INTO reaper.workers"
+                    " (name, state, boot_id, last_seq, last_heartbeat_at, state_since)"
+                    " VALUES ($1, $2, $3, $4, $5, $6)",
+                    change.worker, new_state, change.boot_id, change.last_seq,
+                    change.last_heartbeat_at, change.at,
+                )
+            else:
+                await conn.execute(
+                    "UPDATE reaper.workers SET state = $2,"
+                    " state_since = CASE WHEN state = $2 THEN state_since ELSE $6 END,"
+                    " boot_id = COALESCE($3, boot_id), last_seq = COALESCE($4, last_seq),"
+                    " last_heartbeat_at = COALESCE($5, last_heartbeat_at)"
+                    " WHERE name = $1 AND (state, boot_id, last_seq, last_heartbeat_at)"
+                    "  IS DISTINCT FROM ($2, COALESCE($3, boot_id), COALESCE($4, last_seq),"
+                    "  COALESCE($5, last_heartbeat_at))",
+                    change.worker, new_state, change.boot_id, change.last_seq,
+                    change.last_heartbeat_at, change.at,
+                )
+            if old_state != new_state:
+                reason = f"{old_state or 'new'} -> {new_state}"
+                if change.reason:
+                    reason = f"{reason}: {change.reason}"
+                await write_events(
+                    conn, change.worker, "worker", "state", [change.worker], reason, change.actor
+                )
+                if new_state == "running" and old_state in ("stalled", "lost"):
+                    for sql in _CLEAR_MARKS:
+                        await conn.execute(sql, change.worker)
+            return await refresh_fleet(conn, self.settings.disruption_threshold)
+
+    @activity.defn(name="set_draining")
+    async def set_draining(self, change: DrainChange) -> bool:
+        """Set or clear ``workers.draining``; returns True if it changed (and wrote an event).
+
+        A draining worker gets no new placements (Nomad's drain, Kubernetes' cordon).
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            changed = await conn.fetchval(
+                "INSERT INTO reaper.workers (name, draining, drain_reason, state_since)"
+                " VALUES ($1, $2, $3, now())"
+                " ON CONFLICT (name) DO UPDATE SET draining = $2, drain_reason = $3"
+                " WHERE reaper.workers.draining IS DISTINCT FROM $2"
+                " RETURNING true",
+                change.worker, change.draining, change.reason or None,
+            )
+            if changed:
+                await write_events(
+                    conn, change.worker, "worker", "drain" if change.draining else "undrain",
+                    [change.worker], change.reason, change.actor,
+                )
+            return bool(changed)
+
+    @activity.defn(name="fleet_status")
+    async def fleet_status(self) -> FleetView:
+        """The fleet's current disruption state (recomputed, stored if it changed)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            return await refresh_fleet(conn, self.settings.disruption_threshold)
+

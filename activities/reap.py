@@ -1,0 +1,77 @@
+"""Reaping a lost (or force-reaped) worker: its tasks ``lost``, its services backfilled."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from temporalio import activity
+
+from activities.base import ActivityBase, write_events
+from activities.placement import backfill
+from activities.types import ReapRequest
+from reaper.models import ReapResult
+
+
+class ReapActivities(ActivityBase):
+    """Activities called by ``WorkerReap`` (``reap-{worker}-{n}``)."""
+
+    @activity.defn(name="reap_worker")
+    async def reap_worker(self, req: ReapRequest) -> ReapResult:
+        """Reap ``req.worker`` in one transaction (CONTRACT.md rules 5 and 6).
+
+        Its ``running`` and ``pending`` tasks become ``lost`` (``stop_reason`` ``worker-lost``,
+        an ``events`` row each carrying ``req.reason``), and each affected service is backfilled
+        with replacement ``pending`` tasks on healthy, non-draining workers.
+
+        An automatic reap (``forced`` false) is refused while the fleet is in full disruption,
+        and while the worker has not yet been silent for ``lost_after`` seconds since the fleet
+        last recovered (every worker gets a fresh ``LOST_AFTER``); ``refused`` says why and
+        ``retry_at`` when to try again. A forced reap (operator) bypasses both.
+
+        Idempotent: a retry finds no running task left and each service already at its count.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            state = await conn.fetchval(
+                "SELECT state FROM reaper.workers WHERE name = $1 FOR UPDATE", req.worker
+            )
+            if state is None:
+                return ReapResult(refused=f"unknown worker {req.worker!r}")
+            if not req.forced:
+                if state != "lost":
+                    return ReapResult(refused=f"worker is {state}, not lost")
+                fleet = await conn.fetchrow(
+                    "SELECT state, recovered_at FROM reaper.fleet WHERE id = 1"
+                )
+                if fleet["state"] == "full":
+                    return ReapResult(refused="fleet in full disruption")
+                recovered = fleet["recovered_at"]
+                last = req.last_heartbeat_at
+                if recovered is not None and (last is None or last < recovered):
+                    fresh_until = recovered + timedelta(seconds=req.lost_after)
+                    if datetime.now(timezone.utc) < fresh_until:
+                        return ReapResult(
+                            refused="fleet recovering: fresh LOST_AFTER", retry_at=fresh_until
+                        )
+            if req.dry_run:
+                rows = await conn.fetch(
+                    "SELECT id, service FROM reaper.tasks"
+                    " WHERE worker = $1 AND state IN ('running', 'pending') ORDER BY id",
+                    req.worker,
+                )
+            else:
+                rows = await conn.fetch(
+                    "UPDATE reaper.tasks SET state = 'lost', stop_reason = 'worker-lost',"
+                    " missing_since = NULL"
+                    " WHERE worker = $1 AND state IN ('running', 'pending') RETURNING id, service",
+                    req.worker,
+                )
+            lost = sorted(r["id"] for r in rows)
+            await write_events(
+                conn, req.worker, "task", "lost", lost, req.reason, req.actor,
+                dry_run=req.dry_run,
+            )
+            placed, unplaced = await backfill(
+                conn, [r["service"] for r in rows], f"reap of {req.worker}", req.actor,
+                dry_run=req.dry_run,
+            )
+            return ReapResult(lost_tasks=lost, replacements=placed, unplaced=unplaced)

@@ -1,0 +1,88 @@
+"""Inputs and results of the activities (one model each, so fields can be added safely)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from reaper.models import Kind, KindStatus, WorkerState
+
+
+class WorkerStateChange(BaseModel):
+    """Record a worker's liveness in ``reaper.workers`` (and an ``events`` row if it changed)."""
+
+    worker: str
+    state: WorkerState
+    at: datetime
+    boot_id: str | None = None
+    last_seq: int | None = None
+    last_heartbeat_at: datetime | None = None
+    reason: str | None = None
+    actor: str | None = None
+
+
+class FleetView(BaseModel):
+    """The fleet's disruption state as stored in ``reaper.fleet`` (CONTRACT.md rule 6)."""
+
+    state: str
+    healthy: int
+    unhealthy: int
+    since: datetime | None = None
+    recovered_at: datetime | None = None
+
+
+class DrainChange(BaseModel):
+    worker: str
+    draining: bool
+    reason: str = ""
+    actor: str = "operator"
+
+
+class ReconcileInput(BaseModel):
+    """Diff one complete report of ``kind`` against the rows of ``worker``."""
+
+    worker: str
+    kind: Kind
+    handles: list[str]
+    taken_at: datetime
+    missing_ttl: float
+    also_seen: list[str] = Field(default_factory=list)
+
+
+class ReconcileResult(BaseModel):
+    skipped: str | None = None
+    marked: int = 0
+    cleared: int = 0
+    started: list[str] = Field(default_factory=list)
+    status: KindStatus = Field(default_factory=KindStatus)
+    assignments: list[str] | None = None
+
+
+class DestroyInput(BaseModel):
+    """Destroy ``worker``'s rows of ``kind`` missing since at or before ``cutoff`` (UTC)."""
+
+    worker: str
+    kind: Kind
+    cutoff: datetime
+    missing_ttl: float
+    dry_run: bool = False
+
+
+class DestroyResult(BaseModel):
+    refused: str | None = None
+    destroyed: list[str] = Field(default_factory=list)
+    replacements: list[tuple[str, str]] = Field(default_factory=list)
+    status: KindStatus = Field(default_factory=KindStatus)
+
+
+class ReapRequest(BaseModel):
+    """Reap ``worker``: its tasks ``lost``, its services backfilled (CONTRACT.md rule 5)."""
+
+    worker: str
+    reason: str
+    actor: str
+    forced: bool
+    lost_after: float
+    last_heartbeat_at: datetime | None = None
+    dry_run: bool = False

@@ -1,0 +1,1 @@
+"""reaper: durable liveness and garbage collection for cluster orchestrators."""

@@ -1,0 +1,147 @@
+"""Controller configuration: environment variables (``REAPER_*``, or a ``.env`` file) and flags.
+
+The names, defaults and validation rules are the public contract (CONTRACT.md section 1).
+Durations are seconds (a number) or a string such as ``30s``, ``5m``, ``1h``, ``1h30m``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(value: Any) -> float:
+    """Parse a duration into seconds.
+
+    Args:
+        value: a number of seconds (int, float or numeric string), a ``timedelta``, or a string
+            of one or more ``<number><unit>`` parts with units ``ms``, ``s``, ``m``, ``h``, ``d``
+            (``"30s"``, ``"5m"``, ``"1h30m"``).
+
+    Returns:
+        The duration in seconds, a float >= 0.
+
+    Raises:
+        ValueError: the value is negative, empty or not in one of the forms above.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string such as 30s, 5m, 1h")
+    elif isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            pos, seconds = 0, 0.0
+            for match in _PART.finditer(text):
+                if match.start() != pos:
+                    break
+                seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+                pos = match.end()
+            if pos != len(text) or not text:
+                raise ValueError(
+                    f"{value!r} is not a duration: use seconds or a string such as 30s, 5m, 1h"
+                ) from None
+    else:
+        raise ValueError("a duration is a number of seconds or a string such as 30s, 5m, 1h")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+Seconds = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class ConfigError(Exception):
+    """A configuration that the controller refuses to start with; the message names the variable."""
+
+
+class Settings(BaseSettings):
+    """All controller settings; see CONTRACT.md section 1 for the public ones.
+
+    Attributes are plain values: durations in seconds (float), the threshold a fraction.
+    ``temporal_address`` and ``database_url`` are ``None`` when the embedded stack is meant.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="REAPER_", env_file=".env", extra="ignore", validate_default=True
+    )
+
+    temporal_address: str | None = None
+    namespace: str = "default"
+    task_queue: str = "reaper"
+    database_url: str | None = None
+    heartbeat_interval: Seconds = 10.0
+    stall_after: Seconds = 30.0
+    lost_after: Seconds = 300.0
+    missing_ttl: Seconds = 300.0
+    creating_timeout: Seconds = 3600.0
+    disruption_threshold: float = 0.55
+    # Beyond the contract (project's own design):
+    resync_interval: Seconds = 30.0
+    """An unchanged report is still diffed against the database this often, so rows the
+    scheduler inserted for a worker that never had them get marked (seconds)."""
+    dry_run: bool = False
+    state_dir: str = ".reaper"
+    ui_port: int = 8233
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> "Settings":
+        if self.heartbeat_interval <= 0:
+            raise ValueError("REAPER_HEARTBEAT_INTERVAL must be greater than 0")
+        if self.stall_after < 2 * self.heartbeat_interval:
+            raise ValueError(
+                "REAPER_STALL_AFTER must be at least 2 * REAPER_HEARTBEAT_INTERVAL "
+                f"({self.stall_after:g}s < 2 * {self.heartbeat_interval:g}s)"
+            )
+        if self.lost_after <= self.stall_after:
+            raise ValueError(
+                "REAPER_LOST_AFTER must be greater than REAPER_STALL_AFTER "
+                f"({self.lost_after:g}s <= {self.stall_after:g}s)"
+            )
+        if self.missing_ttl < 3 * self.heartbeat_interval:
+            raise ValueError(
+                "REAPER_MISSING_TTL must be at least 3 * REAPER_HEARTBEAT_INTERVAL "
+                f"({self.missing_ttl:g}s < 3 * {self.heartbeat_interval:g}s)"
+            )
+        if not 0 < self.disruption_threshold <= 1:
+            raise ValueError(
+                f"REAPER_DISRUPTION_THRESHOLD must be in (0, 1], got {self.disruption_threshold:g}"
+            )
+        if self.resync_interval <= 0:
+            raise ValueError("REAPER_RESYNC_INTERVAL must be greater than 0")
+        return self
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings from the environment, a ``.env`` file and ``overrides`` (flags win).
+
+    Args:
+        overrides: field names of :class:`Settings` to values; ``None`` values are ignored.
+
+    Returns:
+        The validated settings.
+
+    Raises:
+        ConfigError: one line naming the offending ``REAPER_*`` variable and why.
+    """
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = first.get("loc") or ()
+        msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+        if loc:
+            raise ConfigError(f"REAPER_{str(loc[0]).upper()}: {msg}") from None
+        raise ConfigError(msg) from None

@@ -1,0 +1,240 @@
+"""Payloads: the contract's signal and query shapes, and the workflows' own inputs and state.
+
+Every model here crosses Temporal as JSON through ``pydantic_data_converter``. Inputs are one
+model per workflow or signal (``<Thing>Input``) so that adding a field never breaks a caller.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
+
+WORKER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
+"""A worker name: 1-253 characters of ``[A-Za-z0-9._:-]`` (CONTRACT.md section 2)."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+KINDS: tuple[str, ...] = ("containers", "volumes", "tasks")
+"""The kinds of handle a report carries, which are also the tables they live in."""
+
+Kind = Literal["containers", "volumes", "tasks"]
+
+
+def _check_worker(value: str) -> str:
+    if not WORKER_NAME.match(value):
+        raise ValueError("worker must be 1-253 characters of [A-Za-z0-9._:-]")
+    return value
+
+
+def _check_handle(value: str) -> str:
+    if not 1 <= len(value) <= 512:
+        raise ValueError("a handle is 1-512 characters")
+    if _CONTROL.search(value):
+        raise ValueError("a handle may not contain control characters")
+    return value
+
+
+def _check_boot_id(value: str) -> str:
+    if not 1 <= len(value) <= 128 or _CONTROL.search(value):
+        raise ValueError("boot_id must be 1-128 characters without control characters")
+    return value
+
+
+WorkerName = Annotated[str, AfterValidator(_check_worker)]
+Handle = Annotated[str, AfterValidator(_check_handle)]
+BootId = Annotated[str, AfterValidator(_check_boot_id)]
+
+
+class WorkerState(str, Enum):
+    """A worker's liveness state; names follow Kubernetes' node lifecycle (Ready/Unknown)."""
+
+    running = "running"
+    stalled = "stalled"
+    lost = "lost"
+
+
+class Heartbeat(BaseModel):
+    """Signal ``heartbeat`` (CONTRACT.md section 2).
+
+    ``containers``/``volumes``/``tasks``: the COMPLETE list of handles of that kind the worker
+    holds now; ``None`` means "not reported in this beat" (liveness only), ``[]`` "none".
+    Unknown fields are ignored so that later protocol versions stay readable.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    worker: WorkerName
+    boot_id: BootId
+    seq: StrictInt = Field(ge=0)
+    sent_at: datetime | None = None
+    containers: list[Handle] | None = None
+    volumes: list[Handle] | None = None
+    tasks: list[Handle] | None = None
+
+    def report(self, kind: str) -> list[str] | None:
+        """The complete list reported for ``kind`` (one of :data:`KINDS`), or ``None``."""
+        return getattr(self, kind)
+
+    @property
+    def is_complete_report(self) -> bool:
+        """True when at least one kind carries a complete list."""
+        return any(self.report(k) is not None for k in KINDS)
+
+
+class ReasonInput(BaseModel):
+    """Signals ``force_reap`` and ``drain``: ``{"reason": "text"}``; ``actor`` says who asked."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str = Field(default="", max_length=1000)
+    actor: str = Field(default="operator", max_length=200)
+
+
+class LivenessInput(BaseModel):
+    """Start input of ``WorkerLiveness``: ``{"worker": "<name>"}`` (contract), plus carried state."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    worker: str
+    carried: "LivenessState | None" = None
+
+
+class Timings(BaseModel):
+    """The durations a workflow runs with, in seconds; copied from settings by the controller."""
+
+    heartbeat_interval: float = 10.0
+    stall_after: float = 30.0
+    lost_after: float = 300.0
+    missing_ttl: float = 300.0
+    creating_timeout: float = 3600.0
+    resync_interval: float = 30.0
+    disruption_threshold: float = 0.55
+    dry_run: bool = False
+
+
+class KindStatus(BaseModel):
+    """What the collector last found for one kind of handle on one worker."""
+
+    missing: int = 0
+    orphans: list[str] = Field(default_factory=list)
+    next_due: datetime | None = None
+    """UTC time at which the oldest missing handle will have been missing for ``MISSING_TTL``."""
+
+
+class Report(BaseModel):
+    """One complete report of one kind, as forwarded from the liveness to the collector."""
+
+    kind: Kind
+    handles: list[str]
+    taken_at: datetime
+    """Controller time (UTC) at which the heartbeat carrying the report was received."""
+    boot_id: str
+    digest: str = ""
+    also_seen: list[str] = Field(default_factory=list)
+    """Handles present in earlier reports that this one superseded before they were
+    reconciled: each was seen after any mark it had, so its ``missing_since`` restarts."""
+
+
+class GcStatusInput(BaseModel):
+    """Signal ``gc_status`` from the collector to the liveness: one kind's latest numbers."""
+
+    kind: Kind
+    status: KindStatus
+    assignments: list[str] | None = None
+
+
+class LivenessState(BaseModel):
+    """All state of one ``WorkerLiveness`` run: the value handed over at continue-as-new."""
+
+    worker: str
+    state: WorkerState = WorkerState.running
+    state_since: datetime | None = None
+    draining: bool = False
+    drain_reason: str | None = None
+    boot_id: str | None = None
+    last_seq: int = -1
+    last_heartbeat_at: datetime | None = None
+    previous_boot_ids: list[str] = Field(default_factory=list)
+    registered: bool = False
+    """The ``workers`` row exists (written by the first ``record_worker_state``)."""
+    recorded_state: WorkerState | None = None
+    """The state last written to Postgres; differs from ``state`` while a write is pending."""
+    grace_until: datetime | None = None
+    """No reap before this time (set after an outage or a fleet recovery)."""
+    reaps: int = 0
+    """Reaps started so far; the next reap child is ``reap-{worker}-{reaps + 1}``."""
+    reap_pending: ReasonInput | None = None
+    reaped_boot_id: str | None = None
+    """The boot id the worker had when it was last reaped."""
+    pending: dict[str, Report] = Field(default_factory=dict)
+    """Latest unforwarded complete report per kind."""
+    forwarded_digest: dict[str, str] = Field(default_factory=dict)
+    forwarded_at: dict[str, datetime] = Field(default_factory=dict)
+    wanted: list[str] = Field(default_factory=list)
+    """Kinds whose next complete report goes to the collector even if unchanged (a TTL fell
+    due, or a nudge after a placement)."""
+    reap_forced: bool = False
+    reap_retry_at: datetime | None = None
+    status: dict[str, KindStatus] = Field(default_factory=dict)
+    assignments: list[str] = Field(default_factory=list)
+    rejected: int = 0
+    last_rejection: str | None = None
+    collector_started: bool = False
+    timings: Timings | None = None
+    fleet_recovered_at: datetime | None = None
+
+
+class StateView(BaseModel):
+    """Query ``state`` (CONTRACT.md section 2); ``state`` is ``draining`` only in search attributes."""
+
+    worker: str
+    state: str
+    boot_id: str | None
+    last_seq: int | None
+    last_heartbeat_at: datetime | None
+    missing: int
+    assignments: list[str]
+    orphans: list[str]
+    draining: bool
+    state_since: datetime | None
+    rejected: int
+    last_rejection: str | None
+    missing_by_kind: dict[str, int]
+
+
+class CollectorInput(BaseModel):
+    """Start input of ``HandleCollector`` (workflow id ``gc-{worker}``)."""
+
+    worker: str
+    timings: Timings
+    queued: list[Report] = Field(default_factory=list)
+    due: dict[str, datetime] = Field(default_factory=dict)
+
+
+class ReapInput(BaseModel):
+    """Start input of ``WorkerReap`` (workflow id ``reap-{worker}-{n}``)."""
+
+    worker: str
+    reason: str
+    actor: str
+    forced: bool
+    lost_after: float = 300.0
+    last_heartbeat_at: datetime | None = None
+    dry_run: bool = False
+
+
+class ReapResult(BaseModel):
+    """What one reap did: tasks marked ``lost`` and replacements placed (``(new_id, worker)``)."""
+
+    refused: str | None = None
+    retry_at: datetime | None = None
+    lost_tasks: list[str] = Field(default_factory=list)
+    replacements: list[tuple[str, str]] = Field(default_factory=list)
+    unplaced: int = 0
+
+
+LivenessInput.model_rebuild()

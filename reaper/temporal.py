@@ -1,0 +1,78 @@
+"""Connecting to Temporal: bounded retry, the pydantic converter, search attributes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.client import Client
+from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.db import CONNECT_DEADLINE_S, Unreachable
+from workflows.common import SEARCH_ATTRIBUTES
+
+log = logging.getLogger("reaper.temporal")
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+async def connect(
+    address: str | None, namespace: str, *, deadline_s: float = CONNECT_DEADLINE_S
+) -> Client:
+    """Connect a client (pydantic data converter), retrying until ``deadline_s`` seconds.
+
+    Args:
+        address: ``host:port`` of the frontend; ``None`` means the embedded dev server.
+        namespace: Temporal namespace.
+
+    Raises:
+        Unreachable: no connection within the deadline; the message names the address.
+    """
+    target = address or DEFAULT_ADDRESS
+    start = time.monotonic()
+    delay = 0.2
+    while True:
+        try:
+            return await Client.connect(
+                target, namespace=namespace, data_converter=pydantic_data_converter
+            )
+        except Exception as exc:  # the SDK raises RuntimeError for connection failures
+            if time.monotonic() - start + delay > deadline_s:
+                raise Unreachable(
+                    f"Temporal unreachable at {target} after {deadline_s:g}s: {exc}"
+                ) from exc
+            log.warning("Temporal not reachable at %s yet (%s); retrying", target, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+_INDEXED = {
+    SearchAttributeIndexedValueType.KEYWORD: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    SearchAttributeIndexedValueType.INT: IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
+
+
+async def ensure_search_attributes(
+    client: Client, keys: tuple[SearchAttributeKey, ...] = SEARCH_ATTRIBUTES
+) -> list[str]:
+    """Register the custom search attributes that are missing; returns the names added.
+
+    An unregistered key makes every workflow task that upserts it fail (TEMPORAL.md).
+    """
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    known = set(existing.custom_attributes) | set(existing.system_attributes)
+    missing = {k.name: _INDEXED[k.indexed_value_type] for k in keys if k.name not in known}
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+        )
+        log.info("registered search attributes %s", sorted(missing))
+    return sorted(missing)

