@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncpg
+from datetime import datetime
+
 from temporalio import activity
 
 from activities.base import ActivityBase, write_events
@@ -20,12 +22,13 @@ _CLEAR_MARKS = (
 )
 
 
-async def refresh_fleet(conn: asyncpg.Connection, threshold: float) -> FleetView:
+async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime) -> FleetView:
     """Recompute the fleet's disruption state from ``reaper.workers`` and store it if changed.
 
     When the fleet leaves ``full`` disruption, ``recovered_at`` is set: every worker then gets
     a fresh ``LOST_AFTER`` before it can be reaped (CONTRACT.md rule 6). Runs inside the
     caller's transaction; the fleet row is locked so concurrent callers serialise.
+    ``at`` is the controller's (workflow) time of the change, UTC.
     """
     row = await conn.fetchrow(
         "SELECT state, since, recovered_at FROM reaper.fleet WHERE id = 1 FOR UPDATE"
@@ -39,11 +42,12 @@ async def refresh_fleet(conn: asyncpg.Connection, threshold: float) -> FleetView
     if new.value != row["state"]:
         recovering = row["state"] == FleetState.full.value
         stamp = await conn.fetchval(
-            "UPDATE reaper.fleet SET state = $1, since = now(),"
-            " recovered_at = CASE WHEN $2 THEN now() ELSE recovered_at END"
+            "UPDATE reaper.fleet SET state = $1, since = $3,"
+            " recovered_at = CASE WHEN $2 THEN $3 ELSE recovered_at END"
             " WHERE id = 1 RETURNING since",
             new.value,
             recovering,
+            at,
         )
         since = stamp
         if recovering:
@@ -128,7 +132,7 @@ class LivenessActivities(ActivityBase):
                 if new_state == "running" and old_state in ("stalled", "lost"):
                     for sql in _CLEAR_MARKS:
                         await conn.execute(sql, change.worker)
-            return await refresh_fleet(conn, self.settings.disruption_threshold)
+            return await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
 
     @activity.defn(name="set_draining")
     async def set_draining(self, change: DrainChange) -> bool:
@@ -153,8 +157,8 @@ class LivenessActivities(ActivityBase):
             return bool(changed)
 
     @activity.defn(name="fleet_status")
-    async def fleet_status(self) -> FleetView:
+    async def fleet_status(self, at: datetime) -> FleetView:
         """The fleet's current disruption state (recomputed, stored if it changed)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            return await refresh_fleet(conn, self.settings.disruption_threshold)
+            return await refresh_fleet(conn, self.settings.disruption_threshold, at)
 

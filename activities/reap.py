@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from temporalio import activity
 
@@ -48,7 +48,7 @@ class ReapActivities(ActivityBase):
                 last = req.last_heartbeat_at
                 if recovered is not None and (last is None or last < recovered):
                     fresh_until = recovered + timedelta(seconds=req.lost_after)
-                    if datetime.now(timezone.utc) < fresh_until:
+                    if req.at < fresh_until:
                         return ReapResult(
                             refused="fleet recovering: fresh LOST_AFTER", retry_at=fresh_until
                         )

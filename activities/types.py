@@ -84,5 +84,7 @@ class ReapRequest(BaseModel):
     actor: str
     forced: bool
     lost_after: float
+    at: datetime
+    """The controller's (workflow) time of the reap, UTC."""
     last_heartbeat_at: datetime | None = None
     dry_run: bool = False

@@ -14,6 +14,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.db import CONNECT_DEADLINE_S, Unreachable
 from workflows.common import SEARCH_ATTRIBUTES
@@ -65,14 +66,23 @@ async def ensure_search_attributes(
 
     An unregistered key makes every workflow task that upserts it fail (TEMPORAL.md).
     """
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    known = set(existing.custom_attributes) | set(existing.system_attributes)
+    try:
+        existing = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+        known = set(existing.custom_attributes) | set(existing.system_attributes)
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.UNIMPLEMENTED:  # the time-skipping server
+            raise
+        known = set()
     missing = {k.name: _INDEXED[k.indexed_value_type] for k in keys if k.name not in known}
     if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
-        )
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
+            )
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.ALREADY_EXISTS:
+                raise
         log.info("registered search attributes %s", sorted(missing))
     return sorted(missing)

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
@@ -388,7 +387,6 @@ class WorkerLiveness:
                 id=collector_id(s.worker),
                 static_summary=f"handle GC of {s.worker}",
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             )
         except WorkflowAlreadyStartedError:
             await workflow.get_external_workflow_handle(collector_id(s.worker)).signal(

