@@ -204,6 +204,8 @@ class StateView(BaseModel):
     rejected: int
     last_rejection: str | None
     missing_by_kind: dict[str, int]
+    pending_reports: int = 0
+    """Complete reports received but not yet handed to the collector."""
 
 
 class CollectorInput(BaseModel):

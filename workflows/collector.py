@@ -36,6 +36,7 @@ class HandleCollector:
         self.due: dict[str, datetime] = dict(inp.due)
         self.asked: set[str] = set()
         self.sent: dict[str, GcStatusInput] = {}
+        self.busy = False
         self.report(inp.queued)
 
     @workflow.signal(name="report")
@@ -49,6 +50,16 @@ class HandleCollector:
                 r.also_seen = rules.coalesce(queued.handles, queued.also_seen, r.handles)
             self.queue[r.kind] = r
 
+    @workflow.query(name="backlog")
+    def backlog(self) -> int:
+        """Reports queued or being processed (0 when the collector is idle)."""
+        return len(self.queue) + (1 if self.busy else 0)
+
+    @workflow.query(name="due")
+    def due_times(self) -> dict[str, datetime]:
+        """Per kind, when the oldest missing handle falls due (UTC)."""
+        return dict(self.due)
+
     @workflow.run
     async def run(self, inp: CollectorInput) -> None:
         t = inp.timings
@@ -61,7 +72,11 @@ class HandleCollector:
             for kind in KINDS:
                 report = self.queue.pop(kind, None)
                 if report is not None:
-                    await self._collect(report)
+                    self.busy = True
+                    try:
+                        await self._collect(report)
+                    finally:
+                        self.busy = False
             if self._should_continue_as_new() and not self.queue:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(

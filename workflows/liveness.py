@@ -158,7 +158,7 @@ class WorkerLiveness:
             last_heartbeat_at=s.last_heartbeat_at, missing=sum(missing.values()),
             assignments=list(s.assignments), orphans=orphans, draining=s.draining,
             state_since=s.state_since, rejected=s.rejected, last_rejection=s.last_rejection,
-            missing_by_kind=missing,
+            missing_by_kind=missing, pending_reports=len(s.pending),
         )
 
     # ---- the loop ------------------------------------------------------------------------
