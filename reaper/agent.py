@@ -1,0 +1,244 @@
+"""A reference agent: the process on each worker that heartbeats to reaper.
+
+Its local state is a directory with three subdirectories, ``containers``, ``volumes`` and
+``tasks``; each entry's name is a handle (names starting with ``.`` are ignored, so a tool can
+write ``.tmp`` files and rename them). Every heartbeat interval it:
+
+1. sends a ``heartbeat`` by signal-with-start on ``liveness-{worker}`` with a fresh ``boot_id``
+   per process start, ``seq`` from 0 strictly increasing, and the COMPLETE lists of entries;
+2. queries ``state`` and applies it: each id in ``assignments`` becomes ``tasks/<id>`` (the
+   task is started), each handle in ``orphans`` is removed from whichever directory holds it.
+
+Temporal being unreachable is logged and retried at the next interval; the agent never exits
+on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+from temporalio.service import RetryConfig
+
+from reaper.models import KINDS, LivenessInput, StateView
+from reaper.temporal import DEFAULT_ADDRESS
+from workflows.common import liveness_id
+from workflows.liveness import WorkerLiveness
+
+log = logging.getLogger("reaper.agent")
+
+ClientFactory = Callable[[], Awaitable[Client]]
+
+
+def list_entries(directory: Path) -> list[str]:
+    """Names of the entries of ``directory`` (dot-files excluded), sorted."""
+    try:
+        return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+    except FileNotFoundError:
+        return []
+
+
+def remove_entry(path: Path) -> bool:
+    """Remove a file or a directory tree; True if something was removed."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+@dataclass
+class Agent:
+    """One worker's agent.
+
+    Args:
+        worker: the worker's name (1-253 characters of ``[A-Za-z0-9._:-]``).
+        state_dir: directory holding ``containers/``, ``volumes/`` and ``tasks/``.
+        task_queue: the controller's task queue (signal-with-start starts the workflow there).
+        interval: seconds between heartbeats (``REAPER_HEARTBEAT_INTERVAL``).
+        client_factory: returns a connected Temporal client; called again after a failure.
+    """
+
+    worker: str
+    state_dir: Path
+    task_queue: str
+    interval: float
+    client_factory: ClientFactory
+    boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    seq: int = 0
+    beats_sent: int = 0
+    failures: int = 0
+    last_view: StateView | None = None
+    _client: Client | None = None
+    _failing: str | None = None
+    _last_state: tuple[str, bool] | None = None
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        for kind in KINDS:
+            (self.state_dir / kind).mkdir(parents=True, exist_ok=True)
+
+    def snapshot(self) -> dict[str, list[str]]:
+        """The complete lists of handles held now, per kind."""
+        return {kind: list_entries(self.state_dir / kind) for kind in KINDS}
+
+    def next_beat(self) -> dict[str, object]:
+        """The next heartbeat payload (CONTRACT.md §2); takes the next ``seq``."""
+        beat: dict[str, object] = {
+            "worker": self.worker,
+            "boot_id": self.boot_id,
+            "seq": self.seq,
+            "sent_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
+            **self.snapshot(),
+        }
+        self.seq += 1
+        return beat
+
+    async def beat_once(self) -> StateView | None:
+        """Send one heartbeat, query ``state`` and apply it; ``None`` if either failed."""
+        timeout = timedelta(seconds=max(2.0, min(self.interval * 2, 10.0)))
+        step = "connect to Temporal"
+        try:
+            client = await self._get_client()
+            step = "heartbeat"
+            payload = self.next_beat()
+            handle = await client.start_workflow(
+                WorkerLiveness.run,
+                LivenessInput(worker=self.worker),
+                id=liveness_id(self.worker),
+                task_queue=self.task_queue,
+                start_signal="heartbeat",
+                start_signal_args=[payload],
+                rpc_timeout=timeout,
+            )
+            self.beats_sent += 1
+            log.debug("beat seq=%s %s", payload["seq"],
+                      " ".join(f"{k}={len(payload[k])}" for k in KINDS))  # type: ignore[arg-type]
+            step = "state query"
+            view: StateView = await handle.query(
+                WorkerLiveness.state, result_type=StateView, rpc_timeout=timeout
+            )
+        except Exception as exc:  # unreachable, timeouts, no controller polling yet
+            self.failures += 1
+            if self._failing != step:
+                hint = " (is the controller running?)" if step == "state query" else ""
+                log.warning("%s failed: %s%s; retrying every %gs", step, _short(exc), hint,
+                            self.interval)
+            self._failing = step
+            return None
+        if self._failing is not None:
+            log.info("heartbeat and state query succeed again")
+        self._failing = None
+        self.last_view = view
+        self.apply(view)
+        return view
+
+    def apply(self, view: StateView) -> tuple[list[str], list[str]]:
+        """Start assigned tasks and remove orphans; returns ``(started, removed)``."""
+        state = (view.state, view.draining)
+        if state != self._last_state:
+            log.info("worker %s is %s%s", self.worker, view.state,
+                     " (draining)" if view.draining else "")
+            self._last_state = state
+        started = []
+        for task_id in view.assignments:
+            path = self.state_dir / "tasks" / task_id
+            if "/" in task_id or task_id in (".", "..") or path.exists():
+                continue
+            path.touch()
+            started.append(task_id)
+            log.info("started task %s", task_id)
+        removed = []
+        for handle in view.orphans:
+            if "/" in handle or handle in (".", ".."):
+                continue
+            for kind in KINDS:
+                if remove_entry(self.state_dir / kind / handle):
+                    removed.append(handle)
+                    log.info("removed orphan %s/%s", kind, handle)
+        return started, removed
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Beat every ``interval`` seconds until ``stop`` is set."""
+        stop = stop or asyncio.Event()
+        log.info("agent %s starting: boot_id %s, state in %s, every %gs",
+                 self.worker, self.boot_id, self.state_dir, self.interval)
+        while not stop.is_set():
+            started = time.monotonic()
+            beat = asyncio.create_task(self.beat_once())
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({beat, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not beat.done():  # stop asked while a call hangs: do not wait for it
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+                break
+            wait = self.interval - (time.monotonic() - started)
+            if wait > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=wait)
+
+    async def _get_client(self) -> Client:
+        if self._client is None:
+            self._client = await self.client_factory()
+        return self._client
+
+
+_runtime: Runtime | None = None
+
+
+def _quiet_runtime() -> Runtime:
+    """One SDK runtime per process whose core logs only errors: the agent logs an outage
+    once itself, instead of the core's warning per retried call."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime(telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+        ))
+    return _runtime
+
+
+def client_factory(address: str | None, namespace: str, interval: float) -> ClientFactory:
+    """A factory making one connection attempt (the agent's own loop is the retry).
+
+    Calls retry only briefly (within one heartbeat interval): a beat that cannot get through
+    now is replaced by the next one, which carries fresher lists anyway.
+    """
+
+    async def factory() -> Client:
+        return await asyncio.wait_for(
+            Client.connect(
+                address or DEFAULT_ADDRESS, namespace=namespace,
+                data_converter=pydantic_data_converter, runtime=_quiet_runtime(),
+                retry_config=RetryConfig(
+                    initial_interval_millis=100, max_interval_millis=500, max_retries=3,
+                    max_elapsed_time_millis=int(max(interval, 1.0) * 1000),
+                ),
+            ),
+            timeout=max(2.0, interval),
+        )
+
+    return factory
+
+
+def _short(exc: BaseException) -> str:
+    """One short line for a log: the SDK's connection errors are long Rust debug dumps."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "ConnectionRefused" in text or "tcp connect error" in text:
+        return "connection refused"
+    return text if len(text) <= 160 else text[:157] + "..."
