@@ -110,6 +110,7 @@ class Agent:
 
     async def beat_once(self) -> StateView | None:
         """Send one heartbeat, query ``state`` and apply it; ``None`` if either failed."""
+        began = time.monotonic()
         timeout = timedelta(seconds=max(2.0, min(self.interval * 2, 10.0)))
         step = "connect to Temporal"
         try:
@@ -129,8 +130,10 @@ class Agent:
             log.debug("beat seq=%s %s", payload["seq"],
                       " ".join(f"{k}={len(payload[k])}" for k in KINDS))  # type: ignore[arg-type]
             step = "state query"
+            # The query must not delay the next beat: it gets what is left of this interval.
+            left = max(1.0, self.interval - (time.monotonic() - began))
             view: StateView = await handle.query(
-                WorkerLiveness.state, result_type=StateView, rpc_timeout=timeout
+                WorkerLiveness.state, result_type=StateView, rpc_timeout=timedelta(seconds=left)
             )
         except Exception as exc:  # unreachable, timeouts, no controller polling yet
             self.failures += 1

@@ -31,8 +31,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 CLI_CONNECT_DEADLINE_S = 10.0
 """Operator commands give up on an unreachable Temporal after this long (seconds)."""
@@ -229,14 +229,17 @@ def agent(
 
 async def _connect(settings: Settings) -> Any:
     from activities.db import Unreachable
-    from reaper.temporal import connect
+    from reaper.temporal import DEFAULT_ADDRESS, connect
 
     logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
     try:
         return await connect(settings.temporal_address, settings.namespace,
                              deadline_s=CLI_CONNECT_DEADLINE_S)
-    except Unreachable as exc:
-        raise CliError(f"{exc} (is `reaper run` running? set REAPER_TEMPORAL_ADDRESS)") from None
+    except Unreachable:
+        target = settings.temporal_address or DEFAULT_ADDRESS
+        raise CliError(f"Temporal unreachable at {target} after {CLI_CONNECT_DEADLINE_S:g}s "
+                       "(is `reaper run` running? otherwise set REAPER_TEMPORAL_ADDRESS "
+                       "or --address)") from None
 
 
 def _database_url(settings: Settings) -> str | None:
