@@ -184,6 +184,8 @@ class LivenessState(BaseModel):
     rejected: int = 0
     last_rejection: str | None = None
     collector_started: bool = False
+    forwarded: int = 0
+    """Reports handed to the collector so far."""
     timings: Timings | None = None
     fleet_recovered_at: datetime | None = None
 
@@ -206,6 +208,8 @@ class StateView(BaseModel):
     missing_by_kind: dict[str, int]
     pending_reports: int = 0
     """Complete reports received but not yet handed to the collector."""
+    forwarded_reports: int = 0
+    """Complete reports handed to the collector so far."""
 
 
 class CollectorInput(BaseModel):
@@ -215,6 +219,8 @@ class CollectorInput(BaseModel):
     timings: Timings
     queued: list[Report] = Field(default_factory=list)
     due: dict[str, datetime] = Field(default_factory=dict)
+    processed: int = 0
+    """Reports reconciled by earlier runs (carried across continue-as-new)."""
 
 
 class ReapInput(BaseModel):

@@ -131,3 +131,17 @@ def controller(client: Client, pool: asyncpg.Pool, settings: Settings, task_queu
 
 
 __all__ = ["controller", "find_binary", "make_settings", "SEARCH_ATTRIBUTES"]
+
+
+@pytest_asyncio.fixture
+async def fleet(time_env: WorkflowEnvironment, pool: asyncpg.Pool):
+    """A controller on its own task queue plus simulated agents, under time skipping."""
+    from tests.harness import Fleet
+
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with controller(time_env.client, pool, make_settings(), tq):
+        f = Fleet(time_env, pool, tq)
+        try:
+            yield f
+        finally:
+            await f.close()

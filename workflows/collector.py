@@ -37,6 +37,7 @@ class HandleCollector:
         self.asked: set[str] = set()
         self.sent: dict[str, GcStatusInput] = {}
         self.busy = False
+        self.processed = inp.processed
         self.report(inp.queued)
 
     @workflow.signal(name="report")
@@ -45,6 +46,7 @@ class HandleCollector:
         for r in reports:
             queued = self.queue.get(r.kind)
             if queued is not None:
+                self.processed += 1  # superseded: counted as handled
                 if queued.taken_at > r.taken_at:
                     continue
                 r.also_seen = rules.coalesce(queued.handles, queued.also_seen, r.handles)
@@ -54,6 +56,11 @@ class HandleCollector:
     def backlog(self) -> int:
         """Reports queued or being processed (0 when the collector is idle)."""
         return len(self.queue) + (1 if self.busy else 0)
+
+    @workflow.query(name="processed")
+    def processed_reports(self) -> int:
+        """Reports received and handled (reconciled, or superseded by a newer one)."""
+        return self.processed
 
     @workflow.query(name="due")
     def due_times(self) -> dict[str, datetime]:
@@ -77,11 +84,13 @@ class HandleCollector:
                         await self._collect(report)
                     finally:
                         self.busy = False
+                        self.processed += 1
             if self._should_continue_as_new() and not self.queue:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     CollectorInput(worker=inp.worker, timings=t,
-                                   queued=list(self.queue.values()), due=self.due)
+                                   queued=list(self.queue.values()), due=self.due,
+                                   processed=self.processed)
                 )
 
     def _should_continue_as_new(self) -> bool:

@@ -159,6 +159,7 @@ class WorkerLiveness:
             assignments=list(s.assignments), orphans=orphans, draining=s.draining,
             state_since=s.state_since, rejected=s.rejected, last_rejection=s.last_rejection,
             missing_by_kind=missing, pending_reports=len(s.pending),
+            forwarded_reports=s.forwarded,
         )
 
     # ---- the loop ------------------------------------------------------------------------
@@ -362,6 +363,7 @@ class WorkerLiveness:
     async def _forward(self) -> None:
         s = self.s
         reports = [s.pending.pop(k) for k in KINDS if k in s.pending]
+        s.forwarded += len(reports)
         for r in reports:
             s.forwarded_digest[r.kind] = r.digest
             s.forwarded_at[r.kind] = r.taken_at

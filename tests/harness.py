@@ -1,0 +1,121 @@
+"""A fleet of simulated agents driving real workflows on the time-skipping server.
+
+Time moves only when a test says so (``advance``); after each beat the harness waits,
+with a real-time deadline, until the liveness and its collector have handled it, so a test
+observes the effect of exactly the beats it sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from reaper.models import StateView
+from tests.helpers import eventually, query_state, send
+from workflows.common import collector_id, liveness_id
+
+
+class Fleet:
+    """Simulated agents: ``beat`` sends a heartbeat and waits until it has been handled."""
+
+    def __init__(self, env: WorkflowEnvironment, pool: asyncpg.Pool, task_queue: str) -> None:
+        self.env = env
+        self.client: Client = env.client
+        self.pool = pool
+        self.tq = task_queue
+        self.seq: dict[str, int] = {}
+        self.boot: dict[str, str] = {}
+        self.suffix = uuid.uuid4().hex[:6]
+        self.names: list[str] = []
+
+    def name(self, base: str) -> str:
+        """A worker name unique to this test (workflow ids outlive a test on the server)."""
+        name = f"{base}-{self.suffix}"
+        self.names.append(name)
+        return name
+
+    async def close(self) -> None:
+        """Terminate this test's workflows: the time-skipping server skips no time while a
+        workflow task waits on a queue that no worker polls any more."""
+        for name in self.names:
+            for wid in (liveness_id(name), collector_id(name)):
+                try:
+                    await self.client.get_workflow_handle(wid).terminate("test over")
+                except RPCError:
+                    pass
+
+    def reboot(self, worker: str) -> str:
+        """The agent restarts with fresh local state: a new boot id, seq from 0."""
+        self.boot[worker] = f"boot-{uuid.uuid4().hex[:8]}"
+        self.seq[worker] = -1
+        return self.boot[worker]
+
+    async def beat(self, worker: str, **reports: Any) -> StateView:
+        if worker not in self.boot:
+            self.reboot(worker)
+        self.seq[worker] += 1
+        seq, boot = self.seq[worker], self.boot[worker]
+        payload = {"worker": worker, "boot_id": boot, "seq": seq,
+                   "sent_at": "2026-11-30T10:00:00Z", **reports}
+        await send(self.client, self.tq, payload)
+        await eventually(lambda: query_state(self.client, worker),
+                         lambda s: s.boot_id == boot and s.last_seq == seq,
+                         what=f"beat {seq} of {worker} handled")
+        return await self.settle(worker)
+
+    async def raw(self, worker: str, payload: Any) -> StateView:
+        """Send any payload as a heartbeat; wait until the liveness has seen it."""
+        before = await self._state_or_none(worker)
+        await send(self.client, self.tq, payload, worker=worker)
+        rejected = before.rejected if before else 0
+        seq = before.last_seq if before else None
+        await eventually(lambda: query_state(self.client, worker),
+                         lambda s: s.rejected > rejected or s.last_seq != seq,
+                         what=f"raw beat to {worker} seen")
+        return await self.settle(worker)
+
+    async def settle(self, worker: str) -> StateView:
+        """Wait until every report forwarded by ``worker``'s liveness has been reconciled."""
+        async def snapshot() -> tuple[StateView, int, int]:
+            st = await query_state(self.client, worker)
+            processed, backlog = 0, 0
+            if st.forwarded_reports:
+                try:
+                    h = self.client.get_workflow_handle(collector_id(worker))
+                    processed = await h.query("processed", result_type=int)
+                    backlog = await h.query("backlog", result_type=int)
+                except RPCError:
+                    processed = -1
+            return st, processed, backlog
+
+        st, _, _ = await eventually(
+            snapshot,
+            lambda t: t[0].pending_reports == 0 and t[1] == t[0].forwarded_reports and t[2] == 0,
+            what=f"reports of {worker} reconciled",
+        )
+        return st
+
+    async def _state_or_none(self, worker: str) -> StateView | None:
+        try:
+            return await query_state(self.client, worker)
+        except RPCError:
+            return None
+
+    async def advance(self, seconds: float, beating: dict[str, dict[str, Any]] | None = None,
+                      step: float = 10.0) -> None:
+        """Let ``seconds`` pass; workers in ``beating`` beat every ``step`` with those reports."""
+        left = seconds
+        while left > 0:
+            dt = min(step, left)
+            await self.env.sleep(dt)
+            left -= dt
+            for worker, reports in (beating or {}).items():
+                await self.beat(worker, **reports)
+
+    async def state(self, worker: str) -> StateView:
+        return await query_state(self.client, worker)
