@@ -183,6 +183,8 @@ class LivenessState(BaseModel):
     assignments: list[str] = Field(default_factory=list)
     rejected: int = 0
     last_rejection: str | None = None
+    ignored: int = 0
+    """Well-formed beats dropped by the fence (duplicate, late, or from an older boot)."""
     collector_started: bool = False
     forwarded: int = 0
     """Reports handed to the collector so far."""
@@ -205,6 +207,7 @@ class StateView(BaseModel):
     state_since: datetime | None
     rejected: int
     last_rejection: str | None
+    ignored: int = 0
     missing_by_kind: dict[str, int]
     pending_reports: int = 0
     """Complete reports received but not yet handed to the collector."""

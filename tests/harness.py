@@ -73,9 +73,11 @@ class Fleet:
         before = await self._state_or_none(worker)
         await send(self.client, self.tq, payload, worker=worker)
         rejected = before.rejected if before else 0
+        ignored = before.ignored if before else 0
         seq = before.last_seq if before else None
         await eventually(lambda: query_state(self.client, worker),
-                         lambda s: s.rejected > rejected or s.last_seq != seq,
+                         lambda s: s.rejected > rejected or s.ignored > ignored
+                         or s.last_seq != seq,
                          what=f"raw beat to {worker} seen")
         return await self.settle(worker)
 

@@ -83,14 +83,24 @@ async def test_rule2_creating_rows_are_never_marked(fleet):
 async def test_rule2_row_created_after_the_report_was_taken_is_not_marked(fleet):
     w = fleet.name("w")
     await fleet.beat(w, containers=["c-1"])
-    # The scheduler creates c-2 after the last report was taken: a report taken before the
-    # row existed says nothing about it.
+    # The scheduler's c-2 turns `created` a moment after the agent took its next report
+    # (which therefore cannot hold it), and before that report is reconciled.
+    taken_at = await fleet.env.get_current_time()
     await fleet.pool.execute(
-        "INSERT INTO reaper.containers (handle, worker, state, created_at)"
-        " VALUES ('c-2', $1, 'created', now() + interval '1 hour')", w)
-    st = await fleet.beat(w, containers=["c-1"])
+        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-2', $1, 'creating')", w)
+    # (The test server's clock runs ahead of Postgres', so stamp the change by hand.)
+    await fleet.pool.execute("ALTER TABLE reaper.containers DISABLE TRIGGER containers_touch")
+    await fleet.pool.execute(
+        "UPDATE reaper.containers SET state = 'created',"
+        " state_changed_at = $1::timestamptz + interval '2 s' WHERE handle = 'c-2'", taken_at)
+    await fleet.pool.execute("ALTER TABLE reaper.containers ENABLE TRIGGER containers_touch")
+    st = await fleet.beat(w, containers=["c-1", "c-unknown"])   # a changed report
     assert (await rows(fleet.pool, "containers", w))["c-2"] is None
     assert st.missing == 0
+    # The next report, taken after the change, does mark it.
+    await fleet.advance(10)
+    await fleet.beat(w, containers=["c-1"])
+    assert (await rows(fleet.pool, "containers", w))["c-2"] is not None
 
 
 async def test_rule3_unchanged_report_writes_nothing(fleet):

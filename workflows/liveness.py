@@ -86,6 +86,7 @@ class WorkerLiveness:
             return
         verdict = rules.fence(s.boot_id, s.last_seq, s.previous_boot_ids, beat.boot_id, beat.seq)
         if not verdict.accepted:
+            s.ignored += 1
             workflow.logger.debug("dropped %s beat seq=%s of %s", verdict.value, beat.seq, s.worker)
             return
         now = workflow.now()
@@ -158,6 +159,7 @@ class WorkerLiveness:
             last_heartbeat_at=s.last_heartbeat_at, missing=sum(missing.values()),
             assignments=list(s.assignments), orphans=orphans, draining=s.draining,
             state_since=s.state_since, rejected=s.rejected, last_rejection=s.last_rejection,
+            ignored=s.ignored,
             missing_by_kind=missing, pending_reports=len(s.pending),
             forwarded_reports=s.forwarded,
         )
