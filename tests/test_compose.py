@@ -1,8 +1,9 @@
 """Static checks of docker-compose.yml and the controller's Dockerfile.
 
 There is no Docker engine on the project's machines (ENV.md), so the compose stack cannot be
-started here: it is parsed, validated against the Compose specification's JSON schema
-(vendored in tests/data/compose-spec.json) and checked for pinned images, health checks,
+started here: it is parsed, validated against a JSON schema of the Compose file format subset
+the project uses (tests/data/compose-subset.schema.json, written for this project; services and
+health checks reject unknown keys) and checked for pinned images, health checks,
 healthy-dependency ordering and a controller environment that only uses contract variables.
 """
 
@@ -22,7 +23,7 @@ from reaper.config import Settings, parse_duration
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
+SCHEMA = Path(__file__).resolve().parent / "data" / "compose-subset.schema.json"
 
 CONTROLLER = "reaper"
 #: The public configuration variables of CONTRACT.md section 1, with their documented defaults
@@ -90,14 +91,38 @@ def healthcheck_text(service: dict[str, Any]) -> str:
     return test if isinstance(test, str) else " ".join(test)
 
 
-def test_vendored_schema_is_the_compose_specification() -> None:
+def test_schema_is_our_compose_subset() -> None:
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
-    assert schema["title"] == "Compose Specification"
+    assert schema["title"] == "Compose file subset used by reaper"
     validator = jsonschema.validators.validator_for(schema)
     validator.check_schema(schema)
     # It rejects what it should: the schema is not a permissive stand-in.
     errors = list(validator(schema).iter_errors({"services": {"x": {"image": 1}}, "bogus": 1}))
     assert len(errors) >= 2
+
+
+_HC = {"test": "true"}
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        pytest.param({"imgae": "postgres:16.4"}, id="service-key-typo"),
+        pytest.param({"image": "x:1", "healthcheck": {**_HC, "retry": 3}}, id="healthcheck-typo"),
+        pytest.param({"image": "x:1", "healthcheck": {**_HC, "retries": "3"}}, id="retries-type"),
+        pytest.param({"image": "x:1", "healthcheck": {"test": ["RUN", "true"]}}, id="test-form"),
+        pytest.param({"image": "x:1", "healthcheck": {**_HC, "interval": "5 sec"}}, id="duration"),
+        pytest.param({"image": "x:1", "restart": "sometimes"}, id="restart-policy"),
+        pytest.param({"image": "x:1", "depends_on": {"db": {"condition": "up"}}}, id="condition"),
+        pytest.param({"image": "x:1", "environment": {"A": {"nested": 1}}}, id="env-value"),
+        pytest.param({"image": "x:1", "ports": [{"published": 80}]}, id="port-without-target"),
+        pytest.param({"command": "true"}, id="neither-image-nor-build"),
+    ],
+)
+def test_schema_rejects_service_mistakes(service: dict[str, Any]) -> None:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    assert list(validator.iter_errors({"services": {"x": service}}))
 
 
 def test_compose_file_validates_against_the_compose_specification(
