@@ -40,7 +40,7 @@ async def query_state(client: Client, worker: str) -> StateView:
 
 
 async def eventually(fn: Callable[[], Awaitable[T]], check: Callable[[T], bool],
-                     timeout: float = 20.0, what: str = "condition") -> T:
+                     timeout: float = 20.0, what: str = "condition", poll: float = 0.05) -> T:
     """Poll ``fn`` until ``check`` holds, or fail after ``timeout`` real seconds."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -48,5 +48,5 @@ async def eventually(fn: Callable[[], Awaitable[T]], check: Callable[[T], bool],
         last = await fn()
         if check(last):
             return last
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(poll)
     raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")

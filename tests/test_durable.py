@@ -1,0 +1,195 @@
+"""Durability on a real dev server and a real controller process (CONTRACT.md rule 8).
+
+The dev server suggests continue-as-new every ~30 events here (tests/conftest.py), so these
+tests also cross many run boundaries. Time is real: short timings, polled with deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+
+from tests.helpers import beat, eventually, query_state, send
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAST = {
+    "REAPER_HEARTBEAT_INTERVAL": "1s",
+    "REAPER_STALL_AFTER": "2s",
+    "REAPER_LOST_AFTER": "5s",
+    "REAPER_MISSING_TTL": "4s",
+    "REAPER_RESYNC_INTERVAL": "1s",
+}
+
+
+class ControllerProcess:
+    """``python worker.py`` as a real child process that a test can SIGKILL and restart."""
+
+    def __init__(self, address: str, db_url: str, task_queue: str, log: Path) -> None:
+        self.env = {**os.environ, **FAST, "REAPER_TEMPORAL_ADDRESS": address,
+                    "REAPER_DATABASE_URL": db_url, "REAPER_TASK_QUEUE": task_queue}
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        out = open(self.log, "a")
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT,
+                                     env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class Agents:
+    """Simulated agents heartbeating every second in the background."""
+
+    def __init__(self, client, task_queue: str) -> None:
+        self.client, self.tq = client, task_queue
+        self.reports: dict[str, dict] = {}
+        self.seq = 0
+        self._task: asyncio.Task | None = None
+
+    async def _loop(self) -> None:
+        while True:
+            self.seq += 1
+            for worker, reports in list(self.reports.items()):
+                with contextlib.suppress(Exception):
+                    await send(self.client, self.tq, beat(worker, self.seq, **reports))
+            await asyncio.sleep(1.0)
+
+    def __enter__(self) -> "Agents":
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+@pytest.fixture
+def controller_proc(dev_env, db_url, tmp_path) -> ControllerProcess:
+    address = dev_env.client.service_client.config.target_host
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    proc = ControllerProcess(address, db_url, tq, tmp_path / "controller.log")
+    yield proc
+    proc.stop()
+
+
+async def _events(pool, action: str) -> list[tuple]:
+    return [tuple(r) for r in await pool.fetch(
+        "SELECT kind, handle FROM reaper.events WHERE action = $1 ORDER BY id", action)]
+
+
+async def test_rule8_destroy_survives_controller_kill_during_ttl_wait(dev_env, pool, controller_proc):
+    client = dev_env.client
+    w = f"w-{uuid.uuid4().hex[:6]}"
+    await pool.execute("INSERT INTO reaper.volumes (handle, worker) VALUES ('v-1', $1), ('v-2', $1)", w)
+    controller_proc.start()
+    with Agents(client, controller_proc.env["REAPER_TASK_QUEUE"]) as agents:
+        agents.reports[w] = {"volumes": ["v-1"]}
+        await eventually(lambda: pool.fetchval(
+            "SELECT missing_since FROM reaper.volumes WHERE handle = 'v-2'"),
+            lambda v: v is not None, timeout=60, what="v-2 marked")
+        controller_proc.kill()                 # the collector is waiting out the TTL
+        await asyncio.sleep(5)                 # the TTL runs out while no controller runs
+        assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-2'") == 1
+        controller_proc.start()
+        loop = asyncio.get_running_loop()
+        restarted = loop.time()
+        await eventually(lambda: pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-2'"),
+                         lambda n: n == 0, timeout=60, what="v-2 destroyed after restart")
+        assert loop.time() - restarted < 30, "work resumed later than 30 s after restart"
+        await asyncio.sleep(3)                 # more beats and resyncs: still exactly once
+    assert await _events(pool, "destroyed") == [("volume", "v-2")]
+    assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-1'") == 1
+
+
+@pytest.mark.parametrize("kill_after", [0.0, 0.3])
+async def test_rule8_reap_survives_controller_kill_mid_reap(dev_env, pool, controller_proc, kill_after):
+    client = dev_env.client
+    sfx = uuid.uuid4().hex[:6]
+    a, b, c = f"a-{sfx}", f"b-{sfx}", f"c-{sfx}"
+    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ('web', 3)")
+    await pool.execute(
+        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES"
+        " ('t-a', 'web', $1, 'running'), ('t-b', 'web', $2, 'running'), ('t-c', 'web', $3, 'running')",
+        a, b, c)
+    controller_proc.start()
+    with Agents(client, controller_proc.env["REAPER_TASK_QUEUE"]) as agents:
+        agents.reports = {a: {"tasks": ["t-a"]}, b: {"tasks": ["t-b"]}, c: {"tasks": ["t-c"]}}
+        await eventually(lambda: pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state='running'"),
+                         lambda n: n == 3, timeout=60, what="3 workers running")
+        del agents.reports[a]                  # a dies
+        await eventually(lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name=$1", a),
+                         lambda s: s == "lost", timeout=60, poll=0.01, what="a lost")
+        await asyncio.sleep(kill_after)
+        controller_proc.kill()                 # somewhere in the reap
+        await asyncio.sleep(1)
+        controller_proc.start()
+        await eventually(lambda: pool.fetch("SELECT id FROM reaper.tasks WHERE replaces='t-a'"),
+                         lambda r: len(r) == 1, timeout=60, what="one replacement")
+        await asyncio.sleep(3)
+    assert await _events(pool, "lost") == [("task", "t-a")]
+    assert len(await _events(pool, "replaced")) == 1
+    active = await pool.fetchval(
+        "SELECT count(*) FROM reaper.tasks WHERE service='web' AND state IN ('pending','running')")
+    assert active == 3
+
+
+async def test_continue_as_new_loses_no_heartbeat_and_keeps_search_attributes(dev_env, pool, controller_proc):
+    client = dev_env.client
+    w = f"w-{uuid.uuid4().hex[:6]}"
+    await pool.execute("INSERT INTO reaper.containers (handle, worker) VALUES ('c-0', $1)", w)
+    controller_proc.start()
+    tq = controller_proc.env["REAPER_TASK_QUEUE"]
+    # 120 beats, half of them waited for one by one (a workflow task each), half back to
+    # back: at ~30 events a run the liveness continues as new many times while beats keep
+    # arriving; every one must count.
+    for seq in range(120):
+        containers = [f"c-{i}" for i in range(seq % 5)]
+        await send(client, tq, beat(w, seq, containers=containers))
+        if seq < 60:
+            await eventually(lambda: query_state(client, w), lambda s, q=seq: s.last_seq == q,
+                             timeout=30, what=f"beat {seq}")
+    st = await eventually(lambda: query_state(client, w), lambda s: s.last_seq == 119,
+                          timeout=60, what="all beats handled")
+    assert st.rejected == 0 and st.ignored == 0 and st.state == "running"
+    desc = await client.get_workflow_handle(f"liveness-{w}").describe()
+    assert desc.status == WorkflowExecutionStatus.RUNNING
+
+    async def runs() -> list:
+        return [wf async for wf in client.list_workflows(f"WorkflowId = 'liveness-{w}'")]
+    await eventually(runs, lambda r: len(r) > 3, timeout=30, what="several runs")
+    # search attributes kept current on the newest run (c-0 is in the last report: 119%5=4)
+    async def current_attrs():
+        d = await client.get_workflow_handle(f"liveness-{w}").describe()
+        return d.typed_search_attributes
+    from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR
+    attrs = await eventually(current_attrs, lambda a: a.get(WORKER_ATTR) == w, timeout=30,
+                             what="search attributes")
+    assert attrs.get(STATE_ATTR) == "running" and attrs.get(MISSING_ATTR) == 0
+    listed = [wf async for wf in client.list_workflows(
+        f"ReaperWorker = '{w}' AND ReaperState = 'running' AND ExecutionStatus = 'Running'")]
+    assert len(listed) == 1
