@@ -188,7 +188,7 @@ def run_demo(console: Console, *, keep: bool = False, verbose: bool = False) -> 
         console.print(f"[bold red]FAILED[/] at step {exc.step!r}: {exc.detail}", highlight=False)
         _show_logs(console, demo)
     except StackError as exc:
-        console.print(f"[bold red]FAILED[/] at step 'start the stack': {exc}", highlight=False)
+        console.print(f"[bold red]FAILED[/] (embedded stack): {exc}", highlight=False)
         _show_logs(console, demo)
     except KeyboardInterrupt:
         console.print("interrupted")
@@ -199,7 +199,7 @@ def run_demo(console: Console, *, keep: bool = False, verbose: bool = False) -> 
         demo.stop_all()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        if keep or code != 0:
+        if keep or code == 1:  # a failure: keep the logs to look at
             console.print(f"state and logs kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
