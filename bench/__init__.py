@@ -1,0 +1,1 @@
+"""Benchmarks of reaper (``make bench``; results in BENCHMARKS.md)."""
