@@ -38,23 +38,29 @@ async def write_events(
     actor: str | None = None,
     *,
     dry_run: bool = False,
+    dedupe: Sequence[str] | None = None,
 ) -> None:
     """Insert one ``reaper.events`` row per handle (``would-<action>`` in a dry run).
 
     Callers run this in the same transaction as the change it records, so a retried
     activity that finds nothing left to change writes no second row (CONTRACT.md §3).
+    Where nothing changes (a dry run), ``dedupe`` gives one key per handle instead: a row
+    whose key exists already is not written again.
     """
     if not handles:
         return
     await conn.execute(
-        "INSERT INTO reaper.events (worker, kind, handle, action, reason, actor)"
-        " SELECT $1, $2, h, $4, $5, $6 FROM unnest($3::text[]) AS h",
+        "INSERT INTO reaper.events (worker, kind, handle, action, reason, actor, dedupe)"
+        " SELECT $1, $2, h, $4, $5, $6, d"
+        " FROM unnest($3::text[], $7::text[]) AS x(h, d)"
+        " ON CONFLICT (dedupe) DO NOTHING",
         worker,
         kind,
         list(handles),
         f"would-{action}" if dry_run else action,
         reason,
         actor,
+        list(dedupe) if dedupe is not None else [None] * len(handles),
     )
 
 

@@ -3,11 +3,13 @@
 The verbs follow Concourse's ``atc/db`` (``UpdateContainersMissingSince``,
 ``RemoveMissingContainers``): each statement is guarded by the state it expects, so a race
 or a retry turns into "0 rows", never into harm, and only rows whose ``missing_since``
-actually changes are written.
+actually changes are written. In a dry run the same verbs keep their marks in
+``reaper.dry_marks`` and write ``would-`` events, leaving the user's rows untouched.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import asyncpg
@@ -25,30 +27,91 @@ MARKABLE = {
 }
 """States whose rows may be marked missing (rule 2: never ``creating``, never ``pending``)."""
 
-# Rows of the worker that reappear in the report: clear their mark (rule 3).
-_CLEAR = per_kind(
-    "UPDATE {table} SET missing_since = NULL"
-    " WHERE worker = $1 AND missing_since IS NOT NULL AND {key} = ANY($2::text[])"
+# Rows of the worker absent from the report, markable, whose state was set before the
+# report was taken (rule 2). $2 report, $3 taken_at, $4 markable states.
+_ABSENT = (
+    "FROM {table} t WHERE t.worker = $1 AND t.state = ANY($4::text[])"
+    " AND t.state_changed_at <= $3"
+    " AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS r(h) WHERE r.h = t.{key})"
 )
-# Rows of the worker absent from the report: mark them, unless still creating or changed
-# state after the report was taken (rule 2). Unchanged rows are not written (rule 3).
-_MARK = per_kind(
-    "UPDATE {table} t SET missing_since = $3"
-    " WHERE t.worker = $1 AND t.missing_since IS NULL AND t.state = ANY($4::text[])"
-    "  AND t.state_changed_at <= $3"
-    "  AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS r(h) WHERE r.h = t.{key})"
+
+
+@dataclass(frozen=True)
+class MarkStore:
+    """Where marks live: ``missing_since`` on the rows, or ``reaper.dry_marks`` in a dry run.
+
+    Each attribute is one statement per kind. Parameters: $1 worker, then as noted.
+    """
+
+    clear: dict[str, str]      # $2 reported handles -> rows cleared
+    restart: dict[str, str]    # $2 also_seen, $3 taken_at
+    count_new: dict[str, str]  # like mark, counting only
+    mark: dict[str, str]       # $2 report, $3 taken_at, $4 markable -> handles marked
+    status: dict[str, str]     # -> n, oldest (not yet destroyed)
+    held: dict[str, str]       # $2 markable -> rows a report could drop
+
+
+_HELD = per_kind("SELECT count(*) FROM {table} WHERE worker = $1 AND state = ANY($2::text[])")
+
+ROWS = MarkStore(
+    clear=per_kind(
+        "UPDATE {table} SET missing_since = NULL"
+        " WHERE worker = $1 AND missing_since IS NOT NULL AND {key} = ANY($2::text[])"
+    ),
+    # Marked rows that a superseded report still held were seen after their mark: their
+    # clock restarts (rule 4: every report since missing_since must lack the handle).
+    restart=per_kind(
+        "UPDATE {table} SET missing_since = $3"
+        " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since < $3"
+        " AND {key} = ANY($2::text[])"
+    ),
+    count_new=per_kind("SELECT count(*) " + _ABSENT + " AND t.missing_since IS NULL"),
+    mark=per_kind(
+        "UPDATE {table} AS u SET missing_since = $3 FROM (SELECT t.{key} AS k "
+        + _ABSENT + " AND t.missing_since IS NULL) AS m WHERE u.{key} = m.k RETURNING u.{key}"
+    ),
+    status=per_kind(
+        "SELECT count(*) AS n, min(missing_since) AS oldest FROM {table}"
+        " WHERE worker = $1 AND missing_since IS NOT NULL"
+    ),
+    held=_HELD,
 )
-# Marked rows that a superseded report still held: seen after their mark, so their clock
-# restarts at this report (rule 4: every report since missing_since must lack the handle).
-_RESTART = per_kind(
-    "UPDATE {table} SET missing_since = $3"
-    " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since < $3"
-    " AND {key} = ANY($2::text[])"
+
+
+def _dry(template: str) -> dict[str, str]:
+    return {
+        k: v.replace("{kind}", k)
+        for k, v in per_kind(template).items()
+    }
+
+
+DRY = MarkStore(
+    clear=_dry(
+        "DELETE FROM reaper.dry_marks"
+        " WHERE worker = $1 AND kind = '{kind}' AND handle = ANY($2::text[])"
+    ),
+    restart=_dry(
+        "UPDATE reaper.dry_marks SET missing_since = $3, done = false"
+        " WHERE worker = $1 AND kind = '{kind}' AND missing_since < $3"
+        " AND handle = ANY($2::text[])"
+    ),
+    count_new=_dry(
+        "SELECT count(*) " + _ABSENT + " AND NOT EXISTS (SELECT 1 FROM reaper.dry_marks d"
+        " WHERE d.worker = $1 AND d.kind = '{kind}' AND d.handle = t.{key})"
+    ),
+    mark=_dry(
+        "INSERT INTO reaper.dry_marks (worker, kind, handle, missing_since)"
+        " SELECT $1, '{kind}', t.{key}, $3 " + _ABSENT
+        + " ON CONFLICT DO NOTHING RETURNING handle"
+    ),
+    status=_dry(
+        "SELECT count(*) AS n, min(missing_since) FILTER (WHERE NOT done) AS oldest"
+        " FROM reaper.dry_marks d WHERE worker = $1 AND kind = '{kind}'"
+        " AND EXISTS (SELECT 1 FROM {table} t WHERE t.{key} = d.handle AND t.worker = $1)"
+    ),
+    held=_HELD,
 )
-_MISSING = per_kind(
-    "SELECT count(*) AS n, min(missing_since) AS oldest FROM {table}"
-    " WHERE worker = $1 AND missing_since IS NOT NULL"
-)
+
 # Reported handles the database does not hold for this worker: remember when first seen,
 # forget those no longer reported; the ones older than MISSING_TTL are orphans.
 _UNKNOWN = per_kind(
@@ -64,23 +127,40 @@ _UNKNOWN = per_kind(
 _DESTROY = {
     kind: (
         f"DELETE FROM {table} WHERE worker = $1 AND missing_since IS NOT NULL"
-        " AND missing_since <= $2 AND state = ANY($3::text[]) RETURNING handle, NULL AS service"
+        " AND missing_since <= $2 AND state = ANY($3::text[])"
+        " RETURNING handle, NULL::text AS service, missing_since"
     )
     for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
 }
 _DESTROY["tasks"] = (
     "UPDATE reaper.tasks SET state = 'stopped', stop_reason = 'missing', missing_since = NULL"
     " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since <= $2"
-    " AND state = ANY($3::text[]) RETURNING id AS handle, service"
+    " AND state = ANY($3::text[]) RETURNING id AS handle, service, $2::timestamptz AS missing_since"
 )
-_WOULD_DESTROY = per_kind(
-    "SELECT handle, NULL::text AS service FROM {table} WHERE worker = $1"
-    " AND missing_since IS NOT NULL AND missing_since <= $2 AND state = ANY($3::text[])"
-)
-_WOULD_DESTROY["tasks"] = (
-    "SELECT id AS handle, service FROM reaper.tasks WHERE worker = $1"
-    " AND missing_since IS NOT NULL AND missing_since <= $2 AND state = ANY($3::text[])"
-)
+_WOULD_DESTROY = {
+    kind: sql.replace("{service}", "t.service" if kind == "tasks" else "NULL::text")
+    for kind, sql in _dry(
+        "UPDATE reaper.dry_marks d SET done = true FROM {table} t"
+        " WHERE d.worker = $1 AND d.kind = '{kind}' AND NOT d.done AND d.missing_since <= $2"
+        " AND t.{key} = d.handle AND t.worker = $1 AND t.state = ANY($3::text[])"
+        " RETURNING d.handle, {service} AS service, d.missing_since"
+    ).items()
+}
+# Rows left in `creating` past CREATING_TIMEOUT: their creator crashed (issue 3, rule 1).
+_STUCK_CREATING = {
+    kind: (
+        f"DELETE FROM {table} WHERE worker = $1 AND state = 'creating'"
+        " AND state_changed_at <= $2 RETURNING handle"
+    )
+    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
+}
+_WOULD_STUCK_CREATING = {
+    kind: (
+        f"SELECT handle FROM {table} WHERE worker = $1 AND state = 'creating'"
+        " AND state_changed_at <= $2"
+    )
+    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
+}
 
 
 class CollectActivities(ActivityBase):
@@ -94,71 +174,97 @@ class CollectActivities(ActivityBase):
         that changed state after ``taken_at`` are never marked (rule 2); rows whose
         ``missing_since`` would not change are not written (rule 3). For tasks, a ``pending``
         task placed on the worker that it reports becomes ``running`` (rule 5), and reported
-        tasks that were reaped are orphans (rule 7). Idempotent: a rerun of the same report
-        finds nothing left to change.
+        tasks that were reaped are orphans (rule 7). A report that would drop more than
+        ``max_drop_fraction`` of the worker's handles at once marks nothing (``suspect``)
+        unless ``confirmed``. Rows stuck in ``creating`` past ``creating_timeout`` are
+        deleted with an event. Idempotent: a rerun of the same report changes nothing more.
 
         Args:
             inp: ``handles`` is the complete list; ``taken_at`` the controller's UTC receive
                 time, which becomes ``missing_since`` of rows newly marked.
         """
         handles = unique(inp.handles)
-        kind = inp.kind
+        kind, worker, dry = inp.kind, inp.worker, inp.dry_run
+        store = DRY if dry else ROWS
         async with self.pool.acquire() as conn, conn.transaction():
             state = await conn.fetchval(
-                "SELECT state FROM reaper.workers WHERE name = $1 FOR SHARE", inp.worker
+                "SELECT state FROM reaper.workers WHERE name = $1 FOR SHARE", worker
             )
             if state != "running":
                 return ReconcileResult(skipped=f"worker is {state or 'unknown'}")
             result = ReconcileResult()
-            if kind == "tasks":
-                result.started = [
-                    r["id"]
-                    for r in await conn.fetch(
-                        "UPDATE reaper.tasks SET state = 'running'"
-                        " WHERE worker = $1 AND state = 'pending' AND id = ANY($2::text[])"
-                        " RETURNING id",
-                        inp.worker,
-                        handles,
-                    )
-                ]
-            result.cleared = _count(
-                await conn.execute(_CLEAR[kind], inp.worker, handles)
-            )
+            if kind == "tasks" and not dry:
+                result.started = await _column(
+                    conn,
+                    "UPDATE reaper.tasks SET state = 'running' WHERE worker = $1"
+                    " AND state = 'pending' AND id = ANY($2::text[]) RETURNING id",
+                    worker, handles,
+                )
+            result.cleared = _count(await conn.execute(store.clear[kind], worker, handles))
             if inp.also_seen:
-                await conn.execute(_RESTART[kind], inp.worker, inp.also_seen, inp.taken_at)
-            result.marked = _count(
-                await conn.execute(
-                    _MARK[kind],
-                    inp.worker, handles, inp.taken_at, MARKABLE[kind],
+                await conn.execute(store.restart[kind], worker, inp.also_seen, inp.taken_at)
+            marked = await self._mark(conn, store, inp, handles, result)
+            if dry:
+                await write_events(
+                    conn, worker, EVENT_KIND[kind], "mark", marked, "missing from report",
+                    dry_run=True,
+                    dedupe=[f"mark:{worker}:{kind}:{h}:{inp.taken_at.isoformat()}" for h in marked],
                 )
-            )
+            if kind != "tasks":
+                await self._collect_stuck_creating(conn, inp)
             cutoff = inp.taken_at - timedelta(seconds=inp.missing_ttl)
-            result.status = await _status(conn, inp.worker, kind, inp.missing_ttl)
-            orphans = [
-                r["handle"]
-                for r in await conn.fetch(
-                    _UNKNOWN[kind],
-                    inp.worker, kind, handles, inp.taken_at, cutoff,
-                )
-            ]
+            result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
+            orphans = await _column(
+                conn, _UNKNOWN[kind], worker, kind, handles, inp.taken_at, cutoff
+            )
             if kind == "tasks":
-                reaped = await conn.fetch(
+                reaped = await _column(
+                    conn,
                     "SELECT id FROM reaper.tasks WHERE worker = $1"
-                    " AND state IN ('lost', 'stopped') AND id = ANY($2::text[]) ORDER BY id",
-                    inp.worker,
-                    handles,
+                    " AND state IN ('lost', 'stopped') AND id = ANY($2::text[])",
+                    worker, handles,
                 )
-                orphans = sorted({*orphans, *(r["id"] for r in reaped)})
-                result.assignments = [
-                    r["id"]
-                    for r in await conn.fetch(
-                        "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'pending'"
-                        " ORDER BY created_at, id",
-                        inp.worker,
-                    )
-                ]
+                orphans = sorted({*orphans, *reaped})
+                result.assignments = await _column(
+                    conn,
+                    "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'pending'"
+                    " ORDER BY created_at, id",
+                    worker,
+                )
             result.status.orphans = orphans
             return result
+
+    async def _mark(self, conn: asyncpg.Connection, store: MarkStore, inp: ReconcileInput,
+                    handles: list[str], result: ReconcileResult) -> list[str]:
+        """Mark the absent rows, unless the report drops suspiciously many (issue 3, rule 6)."""
+        kind, markable = inp.kind, MARKABLE[inp.kind]
+        if not inp.confirmed:
+            held = await conn.fetchval(store.held[kind], inp.worker, markable)
+            if held >= inp.suspect_min_handles:
+                new = await conn.fetchval(
+                    store.count_new[kind], inp.worker, handles, inp.taken_at, markable
+                )
+                if new > inp.max_drop_fraction * held:
+                    result.suspect = f"drops {new} of {held} {kind} at once"
+                    return []
+        marked = await _column(
+            conn, store.mark[kind], inp.worker, handles, inp.taken_at, markable
+        )
+        result.marked = len(marked)
+        return marked
+
+    async def _collect_stuck_creating(self, conn: asyncpg.Connection, inp: ReconcileInput) -> None:
+        fleet = await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1")
+        if fleet == "full":
+            return
+        cutoff = inp.taken_at - timedelta(seconds=inp.creating_timeout)
+        sql = (_WOULD_STUCK_CREATING if inp.dry_run else _STUCK_CREATING)[inp.kind]
+        stuck = await _column(conn, sql, inp.worker, cutoff)
+        await write_events(
+            conn, inp.worker, EVENT_KIND[inp.kind], "destroyed", stuck, "creating-timeout",
+            dry_run=inp.dry_run,
+            dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
+        )
 
     @activity.defn(name="destroy_missing")
     async def destroy_missing(self, inp: DestroyInput) -> DestroyResult:
@@ -188,13 +294,18 @@ class CollectActivities(ActivityBase):
             await write_events(
                 conn, inp.worker, EVENT_KIND[kind], action, destroyed, "missing",
                 dry_run=inp.dry_run,
+                dedupe=[f"{action}:{inp.worker}:{kind}:{r['handle']}:{r['missing_since']}"
+                        for r in rows] if inp.dry_run else None,
             )
             result = DestroyResult(destroyed=destroyed)
             if kind == "tasks" and rows:
+                services = [r["service"] for r in rows]
                 result.replacements, _ = await backfill(
-                    conn, [r["service"] for r in rows], "missing", dry_run=inp.dry_run
+                    conn, services, "missing", dry_run=inp.dry_run,
+                    assume_inactive=services if inp.dry_run else (),
                 )
-            result.status = await _status(conn, inp.worker, kind, inp.missing_ttl)
+            store = DRY if inp.dry_run else ROWS
+            result.status = await _status(conn, store, inp.worker, kind, inp.missing_ttl)
             return result
 
 
@@ -203,8 +314,14 @@ def _count(command_tag: str) -> int:
     return int(command_tag.rsplit(" ", 1)[-1])
 
 
-async def _status(conn: asyncpg.Connection, worker: str, kind: str, ttl: float) -> KindStatus:
-    row = await conn.fetchrow(_MISSING[kind], worker)
+async def _column(conn: asyncpg.Connection, sql: str, *args: object) -> list[str]:
+    return [r[0] for r in await conn.fetch(sql, *args)]
+
+
+async def _status(
+    conn: asyncpg.Connection, store: MarkStore, worker: str, kind: str, ttl: float
+) -> KindStatus:
+    row = await conn.fetchrow(store.status[kind], worker)
     oldest: datetime | None = row["oldest"]
     return KindStatus(
         missing=row["n"],

@@ -82,6 +82,8 @@ class LivenessActivities(ActivityBase):
             resync_interval=s.resync_interval,
             disruption_threshold=s.disruption_threshold,
             dry_run=s.dry_run,
+            max_drop_fraction=s.max_drop_fraction,
+            suspect_min_handles=s.suspect_min_handles,
         )
 
     @activity.defn(name="record_worker_state")

@@ -21,6 +21,7 @@ async def backfill(
     actor: str | None = None,
     *,
     dry_run: bool = False,
+    assume_inactive: Iterable[str | None] = (),
 ) -> tuple[list[tuple[str, str]], int]:
     """Bring each service back to ``desired_count`` with replacement ``pending`` tasks.
 
@@ -30,12 +31,19 @@ async def backfill(
     caller's transaction with the service row locked, so a retry or a concurrent backfill
     counts the replacements already made and places nothing twice.
 
+    ``assume_inactive`` (dry run) lists the service of each task that would have been taken
+    down, so the would-be replacements are counted as if it had been.
+
     Returns:
         ``([(new_task_id, worker), ...], unplaced)``: unplaced counts tasks still owed
         because no healthy worker was available.
     """
     placed: list[tuple[str, str]] = []
     unplaced = 0
+    # In a dry run nothing was taken down: count what would have been as gone already.
+    pretend_gone: dict[str | None, int] = {}
+    for s in assume_inactive:
+        pretend_gone[s] = pretend_gone.get(s, 0) + 1
     for service in sorted({s for s in services if s is not None}):
         desired = await conn.fetchval(
             "SELECT desired_count FROM reaper.services WHERE name = $1 FOR UPDATE", service
@@ -47,7 +55,7 @@ async def backfill(
             " WHERE service = $1 AND state IN ('pending', 'running')",
             service,
         )
-        deficit = desired - active
+        deficit = desired - active + pretend_gone.get(service, 0)
         if deficit <= 0:
             continue
         unreplaced = [

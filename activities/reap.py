@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+
+import asyncpg
 
 from temporalio import activity
 
@@ -10,6 +12,31 @@ from activities.base import ActivityBase, write_events
 from activities.placement import backfill
 from activities.types import ReapRequest
 from reaper.models import ReapResult
+
+
+async def take_reap_token(
+    conn: asyncpg.Connection, at: datetime, rate: float, burst: int
+) -> datetime | None:
+    """Take one token from the fleet-wide reap bucket; ``None`` if taken, else when to retry.
+
+    A token bucket of ``burst`` tokens refilled at ``rate`` per second (Kubernetes' node
+    eviction rate limiter). ``at`` is the controller's time, UTC. Runs in the caller's
+    transaction with the bucket row locked.
+    """
+    row = await conn.fetchrow(
+        "SELECT tokens, updated_at FROM reaper.reap_tokens WHERE id = 1 FOR UPDATE"
+    )
+    tokens = float(burst) if row["tokens"] is None else row["tokens"]
+    if row["updated_at"] is not None:
+        elapsed = max((at - row["updated_at"]).total_seconds(), 0.0)
+        tokens = min(float(burst), tokens + elapsed * rate)
+    if tokens < 1.0:
+        return at + timedelta(seconds=(1.0 - tokens) / rate)
+    await conn.execute(
+        "UPDATE reaper.reap_tokens SET tokens = $1, updated_at = $2 WHERE id = 1",
+        tokens - 1.0, at,
+    )
+    return None
 
 
 class ReapActivities(ActivityBase):
@@ -52,6 +79,11 @@ class ReapActivities(ActivityBase):
                         return ReapResult(
                             refused="fleet recovering: fresh LOST_AFTER", retry_at=fresh_until
                         )
+                retry_at = await take_reap_token(
+                    conn, req.at, self.settings.reap_rate, self.settings.reap_burst
+                )
+                if retry_at is not None:
+                    return ReapResult(refused="reap rate limit", retry_at=retry_at)
             if req.dry_run:
                 rows = await conn.fetch(
                     "SELECT id, service FROM reaper.tasks"
@@ -70,8 +102,9 @@ class ReapActivities(ActivityBase):
                 conn, req.worker, "task", "lost", lost, req.reason, req.actor,
                 dry_run=req.dry_run,
             )
+            services = [r["service"] for r in rows]
             placed, unplaced = await backfill(
-                conn, [r["service"] for r in rows], f"reap of {req.worker}", req.actor,
-                dry_run=req.dry_run,
+                conn, services, f"reap of {req.worker}", req.actor,
+                dry_run=req.dry_run, assume_inactive=services if req.dry_run else (),
             )
             return ReapResult(lost_tasks=lost, replacements=placed, unplaced=unplaced)

@@ -48,10 +48,18 @@ class ReconcileInput(BaseModel):
     taken_at: datetime
     missing_ttl: float
     also_seen: list[str] = Field(default_factory=list)
+    creating_timeout: float = 3600.0
+    dry_run: bool = False
+    confirmed: bool = False
+    """Skip the mass-drop check: a second report confirmed it, or the worker rebooted."""
+    max_drop_fraction: float = 0.5
+    suspect_min_handles: int = 10
 
 
 class ReconcileResult(BaseModel):
     skipped: str | None = None
+    suspect: str | None = None
+    """Set when the report dropped too many handles at once and so marked nothing."""
     marked: int = 0
     cleared: int = 0
     started: list[str] = Field(default_factory=list)

@@ -92,6 +92,18 @@ class Settings(BaseSettings):
     """An unchanged report is still diffed against the database this often, so rows the
     scheduler inserted for a worker that never had them get marked (seconds)."""
     dry_run: bool = False
+    """Record what would be marked, destroyed and reaped (``would-`` events); change no
+    container, volume or task (issue 3, rule 7)."""
+    max_drop_fraction: float = 0.5
+    """A complete report that drops more than this fraction of a worker's handles of a kind
+    at once (same boot id) marks nothing until the next report confirms it."""
+    suspect_min_handles: int = 10
+    """The drop check applies only to workers holding at least this many handles of a kind."""
+    reap_rate: float = 1.0
+    """Automatic reaps per second at most, fleet-wide (Kubernetes ``--node-eviction-rate``
+    is 0.1/s; reaper reaps tasks, not nodes, so its default is higher)."""
+    reap_burst: int = 10
+    """Automatic reaps allowed at once before ``reap_rate`` applies (token bucket size)."""
     state_dir: str = ".reaper"
     ui_port: int = 8233
 
@@ -120,6 +132,14 @@ class Settings(BaseSettings):
             )
         if self.resync_interval <= 0:
             raise ValueError("REAPER_RESYNC_INTERVAL must be greater than 0")
+        if not 0 < self.max_drop_fraction <= 1:
+            raise ValueError(
+                f"REAPER_MAX_DROP_FRACTION must be in (0, 1], got {self.max_drop_fraction:g}"
+            )
+        if self.reap_rate <= 0:
+            raise ValueError(f"REAPER_REAP_RATE must be greater than 0, got {self.reap_rate:g}")
+        if self.reap_burst < 1:
+            raise ValueError(f"REAPER_REAP_BURST must be at least 1, got {self.reap_burst}")
         return self
 
 

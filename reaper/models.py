@@ -114,6 +114,8 @@ class Timings(BaseModel):
     resync_interval: float = 30.0
     disruption_threshold: float = 0.55
     dry_run: bool = False
+    max_drop_fraction: float = 0.5
+    suspect_min_handles: int = 10
 
 
 class KindStatus(BaseModel):
@@ -224,6 +226,8 @@ class CollectorInput(BaseModel):
     due: dict[str, datetime] = Field(default_factory=dict)
     processed: int = 0
     """Reports reconciled by earlier runs (carried across continue-as-new)."""
+    boots: dict[str, str] = Field(default_factory=dict)
+    """Per kind, the boot id of the last reconciled report."""
 
 
 class ReapInput(BaseModel):

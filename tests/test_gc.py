@@ -19,10 +19,14 @@ async def rows(pool, table: str, worker: str) -> dict[str, object]:
     }
 
 
-async def insert(pool, table: str, worker: str, handles: list[str], state: str = "created"):
+async def insert(pool, table: str, worker: str, handles: list[str], state: str = "created",
+                 at=None):
+    """Rows as the scheduler inserts them; ``at`` stamps their state change (the test
+    server's clock runs ahead of Postgres', so tests that care pass the workflow time)."""
     await pool.executemany(
-        f"INSERT INTO reaper.{table} (handle, worker, state) VALUES ($1, $2, $3)",
-        [(h, worker, state) for h in handles],
+        f"INSERT INTO reaper.{table} (handle, worker, state, state_changed_at)"
+        " VALUES ($1, $2, $3, COALESCE($4::timestamptz, now()))",
+        [(h, worker, state, at) for h in handles],
     )
 
 
@@ -72,8 +76,9 @@ async def test_rule4_one_report_holding_the_handle_restarts_its_clock(fleet):
 
 async def test_rule2_creating_rows_are_never_marked(fleet):
     w = fleet.name("w")
-    await insert(fleet.pool, "containers", w, ["c-new"], state="creating")
-    await insert(fleet.pool, "volumes", w, ["v-new"], state="creating")
+    now = await fleet.env.get_current_time()
+    await insert(fleet.pool, "containers", w, ["c-new"], state="creating", at=now)
+    await insert(fleet.pool, "volumes", w, ["v-new"], state="creating", at=now)
     await fleet.beat(w, containers=[], volumes=[])
     await fleet.advance(TTL * 2, beating={w: {"containers": [], "volumes": []}})
     assert (await rows(fleet.pool, "containers", w)) == {"c-new": None}

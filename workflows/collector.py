@@ -38,6 +38,8 @@ class HandleCollector:
         self.sent: dict[str, GcStatusInput] = {}
         self.busy = False
         self.processed = inp.processed
+        self.boots: dict[str, str] = dict(inp.boots)
+        self.suspects: dict[str, str] = {}
         self.report(inp.queued)
 
     @workflow.signal(name="report")
@@ -90,7 +92,7 @@ class HandleCollector:
                 workflow.continue_as_new(
                     CollectorInput(worker=inp.worker, timings=t,
                                    queued=list(self.queue.values()), due=self.due,
-                                   processed=self.processed)
+                                   processed=self.processed, boots=self.boots)
                 )
 
     def _should_continue_as_new(self) -> bool:
@@ -121,16 +123,31 @@ class HandleCollector:
 
     async def _collect(self, r: Report) -> None:
         t, worker = self.inp.timings, self.inp.worker
+        # A mass drop is believed when a second report confirms it, or when the worker
+        # rebooted (a wiped agent legitimately holds nothing of its old boot).
+        rebooted = self.boots.get(r.kind) not in (None, r.boot_id)
+        confirmed = rebooted or self.suspects.get(r.kind) == r.digest
         res = await workflow.execute_activity_method(
             ReaperActivities.reconcile_report,
             ReconcileInput(worker=worker, kind=r.kind, handles=r.handles, taken_at=r.taken_at,
-                           missing_ttl=t.missing_ttl, also_seen=r.also_seen),
+                           missing_ttl=t.missing_ttl, also_seen=r.also_seen,
+                           creating_timeout=t.creating_timeout, dry_run=t.dry_run,
+                           confirmed=confirmed, max_drop_fraction=t.max_drop_fraction,
+                           suspect_min_handles=t.suspect_min_handles),
             start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
             summary=f"reconcile {len(r.handles)} {r.kind}",
         )
         if res.skipped is not None:
             workflow.logger.info("report of %s %s skipped: %s", worker, r.kind, res.skipped)
             return
+        self.boots[r.kind] = r.boot_id
+        if res.suspect is not None:
+            workflow.logger.warning("report of %s %s not trusted yet: %s", worker, r.kind,
+                                    res.suspect)
+            self.suspects[r.kind] = r.digest
+            await _signal(liveness_id(worker), "want_report", r.kind)
+        else:
+            self.suspects.pop(r.kind, None)
         status = res.status
         if status.next_due is not None and r.taken_at >= status.next_due:
             done = await workflow.execute_activity_method(
