@@ -95,7 +95,7 @@ class Demo:
 
     def start_agent(self, name: str) -> Child:
         argv = [sys.executable, "-m", "reaper.cli", "agent", "--worker", name,
-                "--state-dir", str(self.agent_dir(name)), "-v"]
+                "--state-dir", str(self.agent_dir(name))]
         child = Child(f"agent {name}", argv, self.stack.controller_env(),
                       log_path=self.root / "logs" / f"agent-{name}.log", restart=False)
         child.start()
