@@ -63,9 +63,24 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         log.info("controller serving task queue %r in namespace %r",
                  settings.task_queue, settings.namespace)
         async with worker:
+            await start_fleet_monitor(client, acts, settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
         await pool.close()
+
+
+async def start_fleet_monitor(client, acts: ReaperActivities, settings: Settings) -> None:
+    """Start the ``reaper-fleet`` monitor unless one is running already."""
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from workflows.fleet import FLEET_ID, FleetMonitor
+
+    timings = await acts.load_timings()
+    await client.start_workflow(
+        FleetMonitor.run, timings, id=FLEET_ID, task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary="fleet disruption state",
+    )
 
 
 def main() -> int:

@@ -1,0 +1,59 @@
+"""``FleetMonitor``: the fleet's disruption state, kept visible in the Web UI (``reaper-fleet``).
+
+The state itself is computed in Postgres whenever a worker changes state (activities/
+liveness.py ``refresh_fleet``); this singleton re-reads it every heartbeat interval and shows
+it as the workflow's current details and memo, and answers the ``fleet`` query.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities import ReaperActivities
+    from activities.types import FleetView
+    from reaper.models import Timings
+    from workflows.common import ACTIVITY_TIMEOUT, RETRY
+
+FLEET_ID = "reaper-fleet"
+"""Workflow id of the fleet monitor; started (or found running) by every controller."""
+
+
+@workflow.defn(name="FleetMonitor")
+class FleetMonitor:
+    """Shows ``normal``/``partial``/``full`` disruption with counts; query ``fleet``."""
+
+    @workflow.init
+    def __init__(self, timings: Timings) -> None:
+        self.view: FleetView | None = None
+
+    @workflow.query(name="fleet")
+    def fleet(self) -> FleetView | None:
+        return self.view
+
+    @workflow.run
+    async def run(self, timings: Timings) -> None:
+        while True:
+            view = await workflow.execute_activity_method(
+                ReaperActivities.fleet_status, workflow.now(),
+                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+                summary="read fleet disruption state",
+            )
+            if self.view is None or (view.state, view.healthy, view.unhealthy) != (
+                self.view.state, self.view.healthy, self.view.unhealthy
+            ):
+                total = view.healthy + view.unhealthy
+                workflow.set_current_details(
+                    f"Fleet disruption: **{view.state}** — {view.unhealthy} of {total} workers "
+                    f"unhealthy (threshold {timings.disruption_threshold:g}). In `full`, nothing "
+                    "is reaped or destroyed automatically."
+                )
+                workflow.upsert_memo({"fleet_state": view.state, "healthy": view.healthy,
+                                      "unhealthy": view.unhealthy})
+            self.view = view
+            if workflow.info().is_continue_as_new_suggested():
+                workflow.continue_as_new(timings)
+            await workflow.sleep(timedelta(seconds=timings.heartbeat_interval),
+                                 summary="next fleet check")
