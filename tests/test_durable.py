@@ -187,9 +187,9 @@ async def test_continue_as_new_loses_no_heartbeat_and_keeps_search_attributes(de
         d = await client.get_workflow_handle(f"liveness-{w}").describe()
         return d.typed_search_attributes
     from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR
-    attrs = await eventually(current_attrs, lambda a: a.get(WORKER_ATTR) == w, timeout=30,
-                             what="search attributes")
-    assert attrs.get(STATE_ATTR) == "running" and attrs.get(MISSING_ATTR) == 0
+    await eventually(current_attrs, lambda a: (a.get(WORKER_ATTR), a.get(STATE_ATTR),
+                                               a.get(MISSING_ATTR)) == (w, "running", 0),
+                     timeout=30, what="search attributes current")
     listed = [wf async for wf in client.list_workflows(
         f"ReaperWorker = '{w}' AND ReaperState = 'running' AND ExecutionStatus = 'Running'")]
     assert len(listed) == 1

@@ -161,6 +161,7 @@ class WorkerLiveness:
             state_since=s.state_since, rejected=s.rejected, last_rejection=s.last_rejection,
             ignored=s.ignored,
             missing_by_kind=missing, pending_reports=len(s.pending),
+            orphans_by_kind={k: list(st.orphans) for k, st in s.status.items() if st.orphans},
             forwarded_reports=s.forwarded,
         )
 

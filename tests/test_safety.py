@@ -1,0 +1,210 @@
+"""Issue 3: reaping that stays safe under stalls, races, bad reports and operator actions.
+
+Each test is named after the rule it proves. Time-skipping server; timings heartbeat 10 s,
+stalled 30 s, lost 300 s, MISSING_TTL 300 s unless a test overrides them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+from activities import ReaperActivities
+from activities.types import ReapRequest, ReconcileInput, WorkerStateChange
+from reaper.models import WorkerState
+from tests.conftest import fleet_with, make_settings
+from tests.helpers import eventually
+from tests.test_gc import insert, rows
+from tests.test_reap import setup_service, task_states
+
+TTL = 300
+LOST = 300
+
+
+async def test_rule1_stuck_creating_row_failed_and_collected_after_creating_timeout(time_env, pool):
+    # CREATING_TIMEOUT 10 min here (1 h by default) keeps the run short.
+    async with fleet_with(time_env, pool, creating_timeout=600) as fleet:
+        await _stuck_creating(fleet)
+
+
+async def _stuck_creating(fleet) -> None:
+    w = fleet.name("w")
+    now = await fleet.env.get_current_time()
+    await insert(fleet.pool, "containers", w, ["c-stuck"], state="creating", at=now)
+    await insert(fleet.pool, "containers", w, ["c-young"], state="creating",
+                 at=now + timedelta(minutes=5))
+    await fleet.beat(w, containers=[])
+    await fleet.advance(600 + 30, beating={w: {"containers": []}}, step=10)
+    left = await rows(fleet.pool, "containers", w)
+    assert set(left) == {"c-young"}, "stuck creating row not collected, or young one was"
+    ev = await fleet.pool.fetch(
+        "SELECT handle, action, reason FROM reaper.events WHERE kind = 'container'")
+    assert [tuple(e) for e in ev] == [("c-stuck", "destroyed", "creating-timeout")]
+
+
+async def test_rule2_stalled_worker_handles_never_destroyed_and_first_report_decides(fleet):
+    w, x, y = fleet.name("w"), fleet.name("x"), fleet.name("y")
+    await insert(fleet.pool, "volumes", w, ["v-1", "v-2"])
+    await fleet.beat(w, volumes=["v-1"])            # v-2 marked
+    await fleet.beat(x)
+    await fleet.beat(y)
+    # w goes silent for longer than MISSING_TTL (stalled, then lost): nothing of it is
+    # destroyed; it returns still holding v-2, and v-2 is kept.
+    await fleet.advance(TTL + LOST, beating={x: {}, y: {}})
+    assert set(await rows(fleet.pool, "volumes", w)) == {"v-1", "v-2"}
+    st = await fleet.beat(w, volumes=["v-1", "v-2"])
+    assert st.state == "running"
+    await fleet.advance(TTL + 30, beating={w: {"volumes": ["v-1", "v-2"]}, x: {}, y: {}})
+    assert (await rows(fleet.pool, "volumes", w)) == {"v-1": None, "v-2": None}
+    assert await fleet.pool.fetchval("SELECT count(*) FROM reaper.events WHERE action='destroyed'") == 0
+
+
+async def test_rule5_new_boot_with_wiped_state_marks_old_handles_on_first_report(fleet):
+    w = fleet.name("w")
+    handles = [f"c-{i}" for i in range(20)]
+    await insert(fleet.pool, "containers", w, handles)
+    await fleet.beat(w, containers=handles)
+    fleet.reboot(w)                                  # wiped: holds nothing now
+    st = await fleet.beat(w, containers=[])
+    marked = await rows(fleet.pool, "containers", w)
+    assert all(v is not None for v in marked.values()), "first report of a new boot not trusted"
+    assert st.boot_id == fleet.boot[w]
+
+
+async def test_rule6_mass_drop_marks_nothing_until_a_second_report_confirms(fleet):
+    w = fleet.name("w")
+    handles = [f"c-{i}" for i in range(20)]
+    await insert(fleet.pool, "containers", w, handles)
+    await fleet.beat(w, containers=handles)
+    await fleet.beat(w, containers=handles[:5])      # drops 15 of 20 at once, same boot
+    assert all(v is None for v in (await rows(fleet.pool, "containers", w)).values())
+    await fleet.advance(10)
+    await fleet.beat(w, containers=handles[:5])      # the same report again: confirmed
+    marked = await rows(fleet.pool, "containers", w)
+    assert sorted(h for h, v in marked.items() if v is not None) == sorted(handles[5:])
+
+
+async def test_rule6_empty_report_from_a_worker_holding_many_is_held(fleet):
+    w = fleet.name("w")
+    handles = [f"v-{i}" for i in range(30)]
+    await insert(fleet.pool, "volumes", w, handles)
+    await fleet.beat(w, volumes=handles)
+    await fleet.beat(w, volumes=[])
+    assert all(v is None for v in (await rows(fleet.pool, "volumes", w)).values())
+    await fleet.advance(10)
+    await fleet.beat(w, volumes=handles)             # it was a glitch: nothing ever marked
+    await fleet.advance(TTL + 30, beating={w: {"volumes": handles}})
+    assert len(await rows(fleet.pool, "volumes", w)) == 30
+
+
+async def test_rule6_small_drop_is_trusted_at_once(fleet):
+    w = fleet.name("w")
+    handles = [f"c-{i}" for i in range(20)]
+    await insert(fleet.pool, "containers", w, handles)
+    await fleet.beat(w, containers=handles)
+    await fleet.beat(w, containers=handles[:-3])
+    marked = await rows(fleet.pool, "containers", w)
+    assert sorted(h for h, v in marked.items() if v is not None) == sorted(handles[-3:])
+
+
+async def test_rule7_dry_run_records_would_actions_and_changes_nothing(time_env, pool):
+    async with fleet_with(time_env, pool, dry_run=True) as fleet:
+        a, b = fleet.name("a"), fleet.name("b")
+        await insert(pool, "volumes", a, ["v-1", "v-2"])
+        await setup_service(pool, "web", {a: ["t-a"], b: ["t-b"]})
+        await pool.execute("UPDATE reaper.tasks SET state = 'running'")
+        await fleet.beat(a, volumes=["v-1"], tasks=["t-a"])
+        await fleet.beat(b, tasks=["t-b"])
+        await fleet.advance(TTL + 30, beating={a: {"volumes": ["v-1"], "tasks": ["t-a"]},
+                                               b: {"tasks": ["t-b"]}})
+        # a dies: it would be reaped
+        await fleet.advance(LOST + 30, beating={b: {"tasks": ["t-b"]}})
+        assert (await fleet.state(a)).state == "lost"
+        assert (await rows(pool, "volumes", a)) == {"v-1": None, "v-2": None}
+        assert {k: v[1] for k, v in (await task_states(pool)).items()} == {
+            "t-a": "running", "t-b": "running"}
+        actions = sorted({r["action"] for r in await pool.fetch(
+            "SELECT action FROM reaper.events WHERE kind <> 'worker'")})
+        assert actions == ["would-destroyed", "would-lost", "would-mark", "would-replaced"]
+        n = await pool.fetchval("SELECT count(*) FROM reaper.events WHERE action='would-destroyed'")
+        assert n == 1, "a would-destroy recorded more than once"
+
+
+async def test_rule3_automatic_reaps_are_rate_limited(time_env, pool):
+    async with fleet_with(time_env, pool, reap_rate=0.01, reap_burst=1,
+                          disruption_threshold=1.0) as fleet:
+        a, b, c = fleet.name("a"), fleet.name("b"), fleet.name("c")
+        await setup_service(pool, "web", {a: ["t-a"], b: ["t-b"], c: []})
+        await pool.execute("UPDATE reaper.tasks SET state = 'running'")
+        for n, t in ((a, ["t-a"]), (b, ["t-b"]), (c, [])):
+            await fleet.beat(n, tasks=t)
+        await fleet.advance(LOST + 20, beating={c: {"tasks": []}})
+        lost = [k for k, v in (await task_states(pool)).items() if v[1] == "lost"]
+        assert len(lost) == 1, "both reaped at once despite a burst of 1"
+        await fleet.advance(110, beating={c: {"tasks": []}})   # one token per 100 s
+        lost = [k for k, v in (await task_states(pool)).items() if v[1] == "lost"]
+        assert sorted(lost) == ["t-a", "t-b"]
+
+
+async def test_rule8_forced_reap_bypasses_disruption_guard_and_records_who(fleet):
+    a, b = fleet.name("a"), fleet.name("b")
+    await setup_service(fleet.pool, "web", {a: ["t-a"], b: ["t-b"]})
+    await fleet.pool.execute("UPDATE reaper.tasks SET state = 'running'")
+    await fleet.beat(a, tasks=["t-a"])
+    await fleet.beat(b, tasks=["t-b"])
+    await fleet.advance(LOST + 30)                   # both silent: full disruption
+    assert await fleet.pool.fetchval("SELECT state FROM reaper.fleet") == "full"
+    assert {v[1] for v in (await task_states(fleet.pool)).values()} == {"running"}
+    await fleet.client.get_workflow_handle(f"liveness-{a}").signal(
+        "force_reap", {"reason": "rack 7 powered off", "actor": "oncall-bob"})
+    await eventually(lambda: task_states(fleet.pool), lambda t: t["t-a"][1] == "lost",
+                     what="forced reap in full disruption")
+    ev = await fleet.pool.fetchrow("SELECT reason, actor FROM reaper.events WHERE action='lost'")
+    assert tuple(ev) == ("rack 7 powered off", "oncall-bob")
+    assert (await task_states(fleet.pool))["t-b"][1] == "running"
+
+
+async def test_rule8_forced_reap_refused_for_worker_that_never_beat(fleet):
+    w = fleet.name("w")
+    st = await fleet.raw(w, {"worker": w, "seq": "bad"})        # exists, never beat validly
+    await fleet.client.get_workflow_handle(f"liveness-{w}").signal("force_reap", {"reason": "x"})
+    st = await eventually(lambda: fleet.state(w), lambda s: s.rejected == 2)
+    assert "never sent a valid heartbeat" in (st.last_rejection or "")
+    assert await fleet.pool.fetchval("SELECT count(*) FROM reaper.events") == 0
+
+
+async def test_rule5_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool):
+    """The reap (one transaction) and a returning worker's report race on Postgres."""
+    acts = ReaperActivities(pool, make_settings())
+    from datetime import datetime, timezone
+    for round_ in range(20):
+        w, other = f"w{round_}-{uuid.uuid4().hex[:4]}", f"o{round_}-{uuid.uuid4().hex[:4]}"
+        svc = f"svc-{round_}"
+        await pool.execute("INSERT INTO reaper.services VALUES ($1, 5)", svc)
+        ids = [f"{svc}-t{i}" for i in range(5)]
+        await pool.executemany(
+            "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'running')",
+            [(i, svc, w) for i in ids])
+        now = datetime.now(timezone.utc)
+        for name, state in ((other, WorkerState.running), (w, WorkerState.lost)):
+            await acts.record_worker_state(WorkerStateChange(worker=name, state=state, at=now))
+        reap = acts.reap_worker(ReapRequest(worker=w, reason="lost", actor="reaper",
+                                            forced=True, lost_after=300, at=now))
+
+        async def returning() -> None:
+            await acts.record_worker_state(WorkerStateChange(
+                worker=w, state=WorkerState.running, at=now + timedelta(seconds=1)))
+            await acts.reconcile_report(ReconcileInput(
+                worker=w, kind="tasks", handles=ids, taken_at=now + timedelta(seconds=1),
+                missing_ttl=300))
+        await asyncio.gather(reap, returning())
+        states = [r["state"] for r in await pool.fetch(
+            "SELECT state FROM reaper.tasks WHERE id = ANY($1::text[])", ids)]
+        assert len(set(states)) == 1, f"half-reaped: {states}"
+        replaced = await pool.fetchval(
+            "SELECT count(*) FROM reaper.tasks WHERE replaces = ANY($1::text[])", ids)
+        assert replaced == (5 if states[0] == "lost" else 0)
+        active = await pool.fetchval(
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state IN ('pending','running')", svc)
+        assert active == 5
