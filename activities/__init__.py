@@ -7,9 +7,10 @@ from typing import Any, Callable
 from activities.collect import CollectActivities
 from activities.liveness import LivenessActivities
 from activities.reap import ReapActivities
+from activities.staging import StagingActivities
 
 
-class ReaperActivities(LivenessActivities, CollectActivities, ReapActivities):
+class ReaperActivities(LivenessActivities, CollectActivities, ReapActivities, StagingActivities):
     """Every activity, bound to one asyncpg pool and the controller's settings."""
 
     def all(self) -> list[Callable[..., Any]]:
@@ -22,4 +23,5 @@ class ReaperActivities(LivenessActivities, CollectActivities, ReapActivities):
             self.reconcile_report,
             self.destroy_missing,
             self.reap_worker,
+            self.stage_chunk,
         ]

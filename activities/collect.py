@@ -17,6 +17,7 @@ from temporalio import activity
 
 from activities.base import EVENT_KIND, ActivityBase, per_kind, unique, write_events
 from activities.placement import backfill
+from activities.staging import staged_handles
 from activities.types import DestroyInput, DestroyResult, ReconcileInput, ReconcileResult
 from reaper.models import KindStatus
 
@@ -49,6 +50,7 @@ class MarkStore:
     mark: dict[str, str]       # $2 report, $3 taken_at, $4 markable -> handles marked
     status: dict[str, str]     # -> n, oldest (not yet destroyed)
     held: dict[str, str]       # $2 markable -> rows a report could drop
+    restart_all: dict[str, str]  # $2 taken_at: every mark of the kind restarts
 
 
 _HELD = per_kind("SELECT count(*) FROM {table} WHERE worker = $1 AND state = ANY($2::text[])")
@@ -75,6 +77,10 @@ ROWS = MarkStore(
         " WHERE worker = $1 AND missing_since IS NOT NULL"
     ),
     held=_HELD,
+    restart_all=per_kind(
+        "UPDATE {table} SET missing_since = $2"
+        " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since < $2"
+    ),
 )
 
 
@@ -110,6 +116,10 @@ DRY = MarkStore(
         " AND EXISTS (SELECT 1 FROM {table} t WHERE t.{key} = d.handle AND t.worker = $1)"
     ),
     held=_HELD,
+    restart_all=_dry(
+        "UPDATE reaper.dry_marks SET missing_since = $2, done = false"
+        " WHERE worker = $1 AND kind = '{kind}' AND missing_since < $2"
+    ),
 )
 
 # Reported handles the database does not hold for this worker: remember when first seen,
@@ -183,7 +193,6 @@ class CollectActivities(ActivityBase):
             inp: ``handles`` is the complete list; ``taken_at`` the controller's UTC receive
                 time, which becomes ``missing_since`` of rows newly marked.
         """
-        handles = unique(inp.handles)
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
         store = DRY if dry else ROWS
         async with self.pool.acquire() as conn, conn.transaction():
@@ -192,6 +201,13 @@ class CollectActivities(ActivityBase):
             )
             if state != "running":
                 return ReconcileResult(skipped=f"worker is {state or 'unknown'}")
+            if inp.staged is not None:
+                staged = await staged_handles(conn, worker, kind, inp.staged)
+                if staged is None:
+                    return ReconcileResult(skipped=f"staged report {inp.staged} is gone")
+                handles = unique(staged)
+            else:
+                handles = unique(inp.handles)
             result = ReconcileResult()
             if kind == "tasks" and not dry:
                 result.started = await _column(
@@ -200,9 +216,16 @@ class CollectActivities(ActivityBase):
                     " AND state = 'pending' AND id = ANY($2::text[]) RETURNING id",
                     worker, handles,
                 )
+            # The report is an array parameter, which the planner guesses at 10 rows: left to
+            # itself it diffs a 100,000-handle report by nested loop, O(rows x handles).
+            # Hash joins while the worker's rows are diffed against the report; index probes
+            # (nested loops) again when the report is looked up in the table.
+            await conn.execute("SET LOCAL enable_nestloop = off")
             result.cleared = _count(await conn.execute(store.clear[kind], worker, handles))
             if inp.also_seen:
                 await conn.execute(store.restart[kind], worker, inp.also_seen, inp.taken_at)
+            if inp.restart_all:
+                await conn.execute(store.restart_all[kind], worker, inp.taken_at)
             marked = await self._mark(conn, store, inp, handles, result)
             if dry:
                 await write_events(
@@ -214,6 +237,7 @@ class CollectActivities(ActivityBase):
                 await self._collect_stuck_creating(conn, inp)
             cutoff = inp.taken_at - timedelta(seconds=inp.missing_ttl)
             result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
+            await conn.execute("SET LOCAL enable_nestloop = on")
             orphans = await _column(
                 conn, _UNKNOWN[kind], worker, kind, handles, inp.taken_at, cutoff
             )

@@ -48,6 +48,9 @@ class ReconcileInput(BaseModel):
     taken_at: datetime
     missing_ttl: float
     also_seen: list[str] = Field(default_factory=list)
+    restart_all: bool = False
+    staged: str | None = None
+    """Diff against the chunks staged under this report id instead of ``handles``."""
     creating_timeout: float = 3600.0
     dry_run: bool = False
     confirmed: bool = False
@@ -96,3 +99,26 @@ class ReapRequest(BaseModel):
     """The controller's (workflow) time of the reap, UTC."""
     last_heartbeat_at: datetime | None = None
     dry_run: bool = False
+
+
+class StageChunk(BaseModel):
+    """Stage one chunk of a large report in ``reaper.report_chunks``."""
+
+    worker: str
+    kind: Kind
+    report_id: str
+    index: int
+    count: int
+    digest: str
+    handles: list[str]
+    keep: str | None = None
+    """Report id of the last complete staged report of this kind, kept for digest beats;
+    chunks of every other report id of the worker and kind are dropped."""
+
+
+class StageResult(BaseModel):
+    staged: int
+    """Chunks of ``report_id`` present after this call."""
+    complete: bool = False
+    digest_ok: bool = True
+    """False when the complete report's handles do not hash to ``digest`` (it was dropped)."""

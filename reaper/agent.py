@@ -33,6 +33,7 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 from temporalio.service import RetryConfig
 
 from reaper.models import KINDS, LivenessInput, StateView
+from reaper.protocol import build_beats
 from reaper.temporal import DEFAULT_ADDRESS
 from workflows.common import liveness_id
 from workflows.liveness import WorkerLiveness
@@ -97,17 +98,16 @@ class Agent:
         """The complete lists of handles held now, per kind."""
         return {kind: list_entries(self.state_dir / kind) for kind in KINDS}
 
-    def next_beat(self) -> dict[str, object]:
-        """The next heartbeat payload (CONTRACT.md §2); takes the next ``seq``."""
-        beat: dict[str, object] = {
-            "worker": self.worker,
-            "boot_id": self.boot_id,
-            "seq": self.seq,
-            "sent_at": datetime.now(timezone.utc).isoformat().replace("+00:00", "Z"),
-            **self.snapshot(),
-        }
-        self.seq += 1
-        return beat
+    def next_beats(self) -> list[dict[str, object]]:
+        """The next heartbeat payloads; each takes the next ``seq``.
+
+        Unchanged lists the controller already holds go as digests only, changed small ones
+        inline, changed large ones in chunks (reaper/protocol.py).
+        """
+        known = self.last_view.report_digests if self.last_view is not None else None
+        beats = build_beats(self.worker, self.boot_id, self.seq, self.snapshot(), known)
+        self.seq += len(beats)
+        return beats
 
     async def beat_once(self) -> StateView | None:
         """Send one heartbeat, query ``state`` and apply it; ``None`` if either failed."""
@@ -117,19 +117,19 @@ class Agent:
         try:
             client = await self._get_client()
             step = "heartbeat"
-            payload = self.next_beat()
-            handle = await client.start_workflow(
-                WorkerLiveness.run,
-                LivenessInput(worker=self.worker),
-                id=liveness_id(self.worker),
-                task_queue=self.task_queue,
-                start_signal="heartbeat",
-                start_signal_args=[payload],
-                rpc_timeout=timeout,
-            )
-            self.beats_sent += 1
-            log.debug("beat seq=%s %s", payload["seq"],
-                      " ".join(f"{k}={len(payload[k])}" for k in KINDS))  # type: ignore[arg-type]
+            for payload in self.next_beats():
+                handle = await client.start_workflow(
+                    WorkerLiveness.run,
+                    LivenessInput(worker=self.worker),
+                    id=liveness_id(self.worker),
+                    task_queue=self.task_queue,
+                    start_signal="heartbeat",
+                    start_signal_args=[payload],
+                    rpc_timeout=timeout,
+                )
+                self.beats_sent += 1
+                log.debug("beat seq=%s %s", payload["seq"],
+                          " ".join(f"{k}={len(payload[k])}" for k in KINDS if k in payload))  # type: ignore[arg-type]
             step = "state query"
             # The query must not delay the next beat: it gets what is left of this interval.
             left = max(1.0, self.interval - (time.monotonic() - began))

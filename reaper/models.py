@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 WORKER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
 """A worker name: 1-253 characters of ``[A-Za-z0-9._:-]`` (CONTRACT.md section 2)."""
@@ -57,6 +57,46 @@ class WorkerState(str, Enum):
     lost = "lost"
 
 
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check_digest(value: str) -> str:
+    if not _HEX64.match(value):
+        raise ValueError("a digest is 64 lowercase hex characters (sha256, reaper.rules.report_digest)")
+    return value
+
+
+Digest = Annotated[str, AfterValidator(_check_digest)]
+
+MAX_CHUNKS = 10_000
+"""Most chunks one report may have (a 200,000-handle report needs about 50 of 128 KiB)."""
+
+
+class ReportChunk(BaseModel):
+    """Part ``index`` of ``count`` of one complete report (protocol extension, CONTRACT v1.1).
+
+    A report too large for one payload is sent as chunks, each in its own heartbeat (with its
+    own ``seq``). It counts as a complete report, taken when its first chunk arrived, only
+    once every chunk has arrived and the union's digest equals ``digest``; an incomplete
+    report (a chunk lost, the agent dead mid-report) never marks anything.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Kind
+    report_id: BootId
+    index: StrictInt = Field(ge=0)
+    count: StrictInt = Field(ge=1, le=MAX_CHUNKS)
+    digest: Digest
+    handles: list[Handle]
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> "ReportChunk":
+        if self.index >= self.count:
+            raise ValueError("chunk index must be less than count")
+        return self
+
+
 class Heartbeat(BaseModel):
     """Signal ``heartbeat`` (CONTRACT.md section 2).
 
@@ -74,6 +114,12 @@ class Heartbeat(BaseModel):
     containers: list[Handle] | None = None
     volumes: list[Handle] | None = None
     tasks: list[Handle] | None = None
+    digests: dict[Kind, Digest] | None = None
+    """Extension: "my complete list of this kind is unchanged and has this digest". Counts as
+    a complete report when it equals the digest of the last complete report the controller
+    holds (``state`` query ``report_digests``); otherwise it is liveness only."""
+    chunk: ReportChunk | None = None
+    """Extension: one chunk of a large complete report."""
 
     def report(self, kind: str) -> list[str] | None:
         """The complete list reported for ``kind`` (one of :data:`KINDS`), or ``None``."""
@@ -136,9 +182,15 @@ class Report(BaseModel):
     """Controller time (UTC) at which the heartbeat carrying the report was received."""
     boot_id: str
     digest: str = ""
+    staged: str | None = None
+    """Report id whose chunks are staged in ``reaper.report_chunks``; ``handles`` is then
+    empty and the collector diffs against the staged rows."""
     also_seen: list[str] = Field(default_factory=list)
     """Handles present in earlier reports that this one superseded before they were
     reconciled: each was seen after any mark it had, so its ``missing_since`` restarts."""
+    restart_all: bool = False
+    """A superseded report was staged (its handles are not at hand): restart every mark of
+    this kind, the safe side of ``also_seen``."""
 
 
 class GcStatusInput(BaseModel):
@@ -147,6 +199,17 @@ class GcStatusInput(BaseModel):
     kind: Kind
     status: KindStatus
     assignments: list[str] | None = None
+
+
+class Staging(BaseModel):
+    """A chunked report being received: which chunks are staged in Postgres."""
+
+    report_id: str
+    count: int
+    digest: str
+    taken_at: datetime
+    boot_id: str
+    staged: int = 0
 
 
 class LivenessState(BaseModel):
@@ -192,6 +255,10 @@ class LivenessState(BaseModel):
     """Reports handed to the collector so far."""
     timings: Timings | None = None
     fleet_recovered_at: datetime | None = None
+    last_reports: dict[str, Report] = Field(default_factory=dict)
+    """Per kind, the last complete report received (handles kept only for small reports;
+    large ones by their staged id): what a digest-only beat refers to."""
+    staging: dict[str, "Staging"] = Field(default_factory=dict)
 
 
 class StateView(BaseModel):
@@ -211,6 +278,9 @@ class StateView(BaseModel):
     last_rejection: str | None
     ignored: int = 0
     missing_by_kind: dict[str, int]
+    report_digests: dict[str, str] = Field(default_factory=dict)
+    """Per kind, digest of the last complete report the controller holds: an agent whose
+    own digest differs must send its complete list again (protocol extension)."""
     orphans_by_kind: dict[str, list[str]] = Field(default_factory=dict)
     """``orphans`` split by kind, so an agent removes each from the right place."""
     pending_reports: int = 0

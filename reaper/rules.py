@@ -208,6 +208,7 @@ def should_forward(
 
 
 def coalesce(older_handles: list[str], older_also_seen: list[str], newer: list[str]) -> list[str]:
+    # (callers handle staged reports, whose handles are not at hand, with ``restart_all``)
     """The ``also_seen`` of a report that supersedes an unreconciled older one.
 
     Reports are complete lists, so only the latest needs diffing, except that a handle the
@@ -218,3 +219,23 @@ def coalesce(older_handles: list[str], older_also_seen: list[str], newer: list[s
     """
     keep = set(newer)
     return sorted({*older_handles, *older_also_seen} - keep)
+
+
+def payload_bytes(handles: list[str]) -> int:
+    """Approximate JSON size of a list of handles, in bytes (quotes and commas included)."""
+    return sum(len(h.encode()) + 3 for h in handles) + 2
+
+
+def chunk_handles(handles: list[str], max_bytes: int) -> list[list[str]]:
+    """Split a complete report into chunks of at most ``max_bytes`` JSON bytes each (at least
+    one chunk, possibly empty, so that an empty report is still a report)."""
+    chunks: list[list[str]] = [[]]
+    size = 2
+    for h in handles:
+        n = len(h.encode()) + 3
+        if chunks[-1] and size + n > max_bytes:
+            chunks.append([])
+            size = 2
+        chunks[-1].append(h)
+        size += n
+    return chunks

@@ -51,7 +51,10 @@ class HandleCollector:
                 self.processed += 1  # superseded: counted as handled
                 if queued.taken_at > r.taken_at:
                     continue
-                r.also_seen = rules.coalesce(queued.handles, queued.also_seen, r.handles)
+                if queued.staged is not None or r.staged is not None or queued.restart_all:
+                    r.restart_all = True  # handles not at hand: restart every mark
+                else:
+                    r.also_seen = rules.coalesce(queued.handles, queued.also_seen, r.handles)
             self.queue[r.kind] = r
 
     @workflow.query(name="backlog")
@@ -131,11 +134,13 @@ class HandleCollector:
             ReaperActivities.reconcile_report,
             ReconcileInput(worker=worker, kind=r.kind, handles=r.handles, taken_at=r.taken_at,
                            missing_ttl=t.missing_ttl, also_seen=r.also_seen,
+                           restart_all=r.restart_all, staged=r.staged,
                            creating_timeout=t.creating_timeout, dry_run=t.dry_run,
                            confirmed=confirmed, max_drop_fraction=t.max_drop_fraction,
                            suspect_min_handles=t.suspect_min_handles),
             start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
-            summary=f"reconcile {len(r.handles)} {r.kind}",
+            summary=(f"reconcile staged {r.kind} report {r.staged}" if r.staged
+                     else f"reconcile {len(r.handles)} {r.kind}"),
         )
         if res.skipped is not None:
             workflow.logger.info("report of %s %s skipped: %s", worker, r.kind, res.skipped)

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from activities import ReaperActivities
-    from activities.types import DrainChange, WorkerStateChange
+    from activities.types import DrainChange, StageChunk, WorkerStateChange
     from reaper import rules
     from reaper.models import (
         KINDS,
@@ -33,6 +33,8 @@ with workflow.unsafe.imports_passed_through():
         ReapResult,
         ReasonInput,
         Report,
+        ReportChunk,
+        Staging,
         StateView,
         Timings,
         WorkerState,
@@ -50,6 +52,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.reap import WorkerReap
 
 HISTORY_CAP = 8_000
+INLINE_KEEP_BYTES = 64 * 1024
+"""A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
+workflow state or sent to the collector in a signal (issue 4: no payload over 256 KiB)."""
 """Continue-as-new at this many events even if the server has not suggested it (issue 4:
 no run above 10,000)."""
 
@@ -67,6 +72,10 @@ class WorkerLiveness:
         self._drain: ReasonInput | None = None
         self._attrs: tuple[str, int] | None = None
         self._deadline: datetime | None = None
+        # Chunks of large reports waiting to be staged; never carried across
+        # continue-as-new (the loop stages them all before it continues).
+        self._chunks: list[tuple[ReportChunk, datetime, str, bool]] = []
+        self._staging_busy = 0
 
     # ---- signals: record only, never raise, never block -------------------------------
 
@@ -106,6 +115,16 @@ class WorkerLiveness:
             if handles is not None:
                 self._offer(Report(kind=kind, handles=handles, taken_at=now, boot_id=beat.boot_id,
                                    digest=rules.report_digest(handles)), force=returned)
+            elif beat.digests and kind in beat.digests:
+                # "Unchanged, and this is its digest": a complete report if the controller
+                # holds that very report; otherwise liveness only (the agent resends).
+                known = self._known_report(kind, beat.digests[kind])
+                if known is not None:
+                    self._offer(known.model_copy(update={
+                        "taken_at": now, "boot_id": beat.boot_id, "also_seen": [],
+                        "restart_all": False}), force=returned)
+        if beat.chunk is not None:
+            self._chunks.append((beat.chunk, now, beat.boot_id, returned))
 
     @workflow.signal(name="force_reap")
     def force_reap(self, raw: Any) -> None:
@@ -160,8 +179,11 @@ class WorkerLiveness:
             assignments=list(s.assignments), orphans=orphans, draining=s.draining,
             state_since=s.state_since, rejected=s.rejected, last_rejection=s.last_rejection,
             ignored=s.ignored,
-            missing_by_kind=missing, pending_reports=len(s.pending),
+            missing_by_kind=missing,
+            pending_reports=len(s.pending) + len(self._chunks) + self._staging_busy,
             orphans_by_kind={k: list(st.orphans) for k, st in s.status.items() if st.orphans},
+            report_digests={k: r.digest for k in KINDS
+                            if (r := s.pending.get(k) or s.last_reports.get(k)) is not None},
             forwarded_reports=s.forwarded,
         )
 
@@ -180,7 +202,7 @@ class WorkerLiveness:
         )
         while True:
             await self._step()
-            if self._should_continue_as_new():
+            if self._should_continue_as_new() and not self._chunks:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=s.worker, carried=s))
             await self._wait()
@@ -211,6 +233,7 @@ class WorkerLiveness:
             or self._need_reap()
             or self._drain is not None
             or self._need_forward()
+            or bool(self._chunks)
             or self._attrs != self._attr_values()
             or self._should_continue_as_new()
         )
@@ -294,6 +317,12 @@ class WorkerLiveness:
             workflow.logger.info("drain of %s (changed=%s): %s", s.worker, changed, req.reason)
         if self._need_reap():
             await self._reap()
+        if self._chunks:
+            self._staging_busy = 1
+            try:
+                await self._stage_chunks()
+            finally:
+                self._staging_busy = 0
         if self._need_forward():
             await self._forward()
         await self._upsert_attributes()
@@ -351,7 +380,11 @@ class WorkerLiveness:
         if queued is not None:
             if queued.digest == report.digest and not force:
                 return
-            report.also_seen = rules.coalesce(queued.handles, queued.also_seen, report.handles)
+            if queued.staged is not None or report.staged is not None or queued.restart_all:
+                report.restart_all = True   # handles not at hand: restart every mark
+            else:
+                report.also_seen = rules.coalesce(queued.handles, queued.also_seen,
+                                                  report.handles)
             s.pending[kind] = report
             return
         wanted = kind in s.wanted
@@ -363,9 +396,80 @@ class WorkerLiveness:
         if decision.forward:
             s.pending[kind] = report
 
+    def _known_report(self, kind: str, digest: str) -> Report | None:
+        """The complete report of ``kind`` with ``digest`` that this liveness holds, if any."""
+        for report in (self.s.pending.get(kind), self.s.last_reports.get(kind)):
+            if report is not None and report.digest == digest:
+                return report
+        return None
+
+    async def _stage_chunks(self) -> None:
+        """Stage queued chunks in Postgres; a report whose last chunk is in is offered."""
+        s = self.s
+        while self._chunks:
+            chunk, at, boot_id, returned = self._chunks.pop(0)
+            st = s.staging.get(chunk.kind)
+            if st is None or st.report_id != chunk.report_id:
+                st = Staging(report_id=chunk.report_id, count=chunk.count, digest=chunk.digest,
+                             taken_at=at, boot_id=boot_id)
+                s.staging[chunk.kind] = st
+            if (chunk.count, chunk.digest) != (st.count, st.digest):
+                self._reject(f"chunk {chunk.index} of report {chunk.report_id} disagrees with "
+                             "its first chunk on count or digest")
+                continue
+            last = s.last_reports.get(chunk.kind)
+            res = await workflow.execute_activity_method(
+                ReaperActivities.stage_chunk,
+                StageChunk(worker=s.worker, kind=chunk.kind, report_id=chunk.report_id,
+                           index=chunk.index, count=chunk.count, digest=chunk.digest,
+                           handles=chunk.handles, keep=last.staged if last else None),
+                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+                summary=f"stage {chunk.kind} chunk {chunk.index + 1}/{chunk.count}",
+            )
+            st.staged = res.staged
+            if not res.complete:
+                continue
+            del s.staging[chunk.kind]
+            if not res.digest_ok:
+                self._reject(f"chunked report {chunk.report_id}: handles do not match digest")
+                continue
+            self._offer(Report(kind=chunk.kind, handles=[], staged=chunk.report_id,
+                               taken_at=st.taken_at, boot_id=st.boot_id, digest=st.digest),
+                        force=returned)
+
+    async def _stage_inline(self, report: Report) -> Report:
+        """A plain report too large to keep in workflow state is staged like a chunked one."""
+        s = self.s
+        report_id = f"inline-{s.forwarded}-{report.digest[:12]}"
+        chunks = rules.chunk_handles(report.handles, INLINE_KEEP_BYTES)
+        last = s.last_reports.get(report.kind)
+        for i, part in enumerate(chunks):
+            await workflow.execute_activity_method(
+                ReaperActivities.stage_chunk,
+                StageChunk(worker=s.worker, kind=report.kind, report_id=report_id, index=i,
+                           count=len(chunks), digest=report.digest, handles=part,
+                           keep=last.staged if last else None),
+                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+                summary=f"stage large {report.kind} report {i + 1}/{len(chunks)}",
+            )
+        return report.model_copy(update={"handles": [], "staged": report_id})
+
     async def _forward(self) -> None:
         s = self.s
-        reports = [s.pending.pop(k) for k in KINDS if k in s.pending]
+        reports = []
+        for kind in KINDS:
+            r = s.pending.get(kind)
+            if r is None:
+                continue
+            if r.staged is None and rules.payload_bytes(r.handles) > INLINE_KEEP_BYTES:
+                r = await self._stage_inline(r)
+            if s.pending.get(kind) is not None and s.pending[kind].taken_at > r.taken_at:
+                continue  # superseded while staging: forward the newer one next round
+            s.pending.pop(kind, None)
+            reports.append(r)
+            s.last_reports[kind] = r.model_copy(update={"also_seen": [], "restart_all": False})
+        if not reports:
+            return
         s.forwarded += len(reports)
         for r in reports:
             s.forwarded_digest[r.kind] = r.digest

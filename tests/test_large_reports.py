@@ -1,0 +1,124 @@
+"""Issue 4: reports of any size without a payload over 256 KiB (chunks, digests, staging)."""
+
+from __future__ import annotations
+
+from temporalio.api.common.v1 import Payload
+
+from reaper.protocol import build_beats
+from reaper.rules import report_digest
+from tests.helpers import query_state
+
+TTL = 300
+PAYLOAD_LIMIT = 256 * 1024
+
+
+async def send_all(fleet, worker: str, lists: dict, digests: dict | None = None) -> list[dict]:
+    fleet.seq.setdefault(worker, -1)
+    fleet.boot.setdefault(worker, "boot-large")
+    beats = build_beats(worker, fleet.boot[worker], fleet.seq[worker] + 1, lists, digests)
+    for b in beats:
+        await fleet.raw(worker, b)
+    fleet.seq[worker] = beats[-1]["seq"]
+    await fleet.settle(worker)
+    return beats
+
+
+async def marked(pool, worker: str) -> int:
+    return await pool.fetchval(
+        "SELECT count(*) FROM reaper.containers WHERE worker = $1 AND missing_since IS NOT NULL",
+        worker)
+
+
+async def max_payload(client, workflow_id: str) -> int:
+    biggest = 0
+    async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
+        for field in ("workflow_execution_signaled_event_attributes",
+                      "activity_task_scheduled_event_attributes",
+                      "signal_external_workflow_execution_initiated_event_attributes",
+                      "workflow_execution_started_event_attributes",
+                      "activity_task_completed_event_attributes"):
+            if ev.HasField(field):
+                attrs = getattr(ev, field)
+                payloads = getattr(attrs, "input", None) or getattr(attrs, "result", None)
+                if payloads is not None:
+                    biggest = max(biggest, payloads.ByteSize())
+    return biggest
+
+
+async def test_large_report_in_chunks_marks_only_what_is_missing_and_no_payload_exceeds_256k(fleet):
+    w = fleet.name("w")
+    handles = [f"container-{i:07d}-{'x' * 20}" for i in range(60_000)]
+    await fleet.pool.execute(
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2",
+        handles, w)
+    beats = await send_all(fleet, w, {"containers": handles})
+    assert len(beats) > 5 and all("chunk" in b for b in beats[:-1])
+    st = await fleet.state(w)
+    assert st.report_digests["containers"] == report_digest(handles)
+    assert await marked(fleet.pool, w) == 0
+    gone = set(handles[::100])                         # 1% changed
+    now = [h for h in handles if h not in gone]
+    await fleet.advance(10)
+    await send_all(fleet, w, {"containers": now}, st.report_digests)
+    assert await marked(fleet.pool, w) == len(gone)
+    for wid in (f"liveness-{w}", f"gc-{w}"):
+        assert await max_payload(fleet.client, wid) < PAYLOAD_LIMIT, wid
+    # Unchanged from here on: digest-only beats carry no handle, yet count as complete
+    # reports, so the TTL runs out and the missing ones are destroyed.
+    for _ in range((TTL + 40) // 10):
+        await fleet.advance(10)
+        st = await fleet.state(w)
+        beats = await send_all(fleet, w, {"containers": now}, st.report_digests)
+        assert len(beats) == 1 and "containers" not in beats[0] and "digests" in beats[0]
+    left = await fleet.pool.fetchval("SELECT count(*) FROM reaper.containers WHERE worker=$1", w)
+    assert left == len(now)
+
+
+async def test_incomplete_chunked_report_never_marks(fleet):
+    w = fleet.name("w")
+    handles = [f"v-{i:06d}-{'y' * 40}" for i in range(20_000)]
+    await fleet.pool.execute(
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w)
+    await send_all(fleet, w, {"containers": handles})
+    fleet.seq[w] += 1
+    beats = build_beats(w, fleet.boot[w], fleet.seq[w], {"containers": handles[:100]}, None)
+    beats = build_beats(w, fleet.boot[w], fleet.seq[w], {"containers": handles[:-5000]}, None)
+    assert len(beats) >= 3
+    for b in beats[:-2]:                               # the last chunk never arrives
+        await fleet.raw(w, b)
+    await fleet.raw(w, {**beats[-1], "containers": None})
+    fleet.seq[w] = beats[-1]["seq"]
+    await fleet.advance(TTL + 30, step=10, beating={w: {}})
+    assert await marked(fleet.pool, w) == 0
+    st = await fleet.state(w)
+    assert st.report_digests["containers"] == report_digest(handles)
+
+
+async def test_chunked_report_whose_handles_do_not_match_its_digest_is_rejected(fleet):
+    w = fleet.name("w")
+    handles = [f"c-{i:06d}-{'z' * 60}" for i in range(8_000)]
+    await fleet.pool.execute(
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w)
+    beats = build_beats(w, "boot-x", 0, {"containers": handles[:4000]}, None)
+    for b in beats[:-1]:
+        b["chunk"]["digest"] = report_digest(handles)    # lies about its content
+    fleet.boot[w], fleet.seq[w] = "boot-x", -1
+    for b in beats:
+        await fleet.raw(w, b)
+    st = await fleet.settle(w)
+    assert st.rejected == 1 and "do not match digest" in st.last_rejection
+    assert await marked(fleet.pool, w) == 0
+    assert "containers" not in st.report_digests
+
+
+async def test_plain_v1_report_too_large_to_keep_is_staged(fleet):
+    w = fleet.name("w")
+    handles = [f"c-{i:06d}" for i in range(12_000)]   # ~130 KB inline: staged, not kept
+    await fleet.pool.execute(
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w)
+    await fleet.beat(w, containers=handles[:-10])
+    assert await marked(fleet.pool, w) == 10
+    n = await fleet.pool.fetchval("SELECT count(*) FROM reaper.report_chunks WHERE worker=$1", w)
+    assert n >= 2
+    # the forwarded report signal to the collector carries no handles
+    assert await max_payload(fleet.client, f"gc-{w}") < 16 * 1024
