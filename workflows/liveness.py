@@ -52,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.reap import WorkerReap
 
 HISTORY_CAP = 8_000
+DEADLINE_SLACK_S = 0.25
+"""Liveness timers fire this long after their deadline (see ``_wait``)."""
 INLINE_KEEP_BYTES = 64 * 1024
 """A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
 workflow state or sent to the collector in a signal (issue 4: no payload over 256 KiB)."""
@@ -257,7 +259,11 @@ class WorkerLiveness:
         if deadline is None:
             await workflow.wait_condition(self._has_work)
             return
-        timeout = (deadline - workflow.now()).total_seconds()
+        # Fire a little after the deadline, never on it: workflow.now() of one activation
+        # can differ by milliseconds between the first run and a replay (seen when the SDK
+        # regroups back-to-back workflow tasks), and a decision taken on the boundary itself
+        # would then differ too: a non-determinism error.
+        timeout = (deadline - workflow.now()).total_seconds() + DEADLINE_SLACK_S
         if timeout <= 0:
             self._on_deadline(deadline)
             return
@@ -390,7 +396,10 @@ class WorkerLiveness:
         wanted = kind in s.wanted
         decision = rules.should_forward(
             report.digest, s.forwarded_digest.get(kind), report.taken_at,
-            s.forwarded_at.get(kind), self._t().resync_interval if s.timings else 0.0,
+            # Half a heartbeat early: beats come at near-multiples of the interval, so the
+            # decision never sits on a boundary that a replay could see a few ms apart.
+            s.forwarded_at.get(kind),
+            (t.resync_interval - t.heartbeat_interval / 2) if (t := s.timings) else 0.0,
             wanted or force,
         )
         if decision.forward:

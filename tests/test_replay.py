@@ -1,0 +1,57 @@
+"""Replay stored histories against today's workflow code (TEMPORAL.md: entity workflows live
+for ever, so a code change that alters the command sequence of a running history must be
+gated with ``workflow.patched``). A failing replay here means exactly that.
+
+Regenerate the stored histories (only when a change is meant to be incompatible and no
+deployment runs the old code): ``REAPER_RECORD_HISTORIES=1 pytest tests/test_replay.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.test_gc import insert
+from tests.test_reap import setup_service
+from workflows import ALL_WORKFLOWS
+
+HISTORIES = Path(__file__).parent / "histories"
+RECORD = os.environ.get("REAPER_RECORD_HISTORIES") == "1"
+
+
+async def _record(fleet) -> None:
+    """A life in short: beats, a mark, a destroy, a stall, a return, a reap."""
+    a, b = fleet.name("a"), fleet.name("b")
+    await insert(fleet.pool, "volumes", a, ["v-1", "v-2"])
+    await setup_service(fleet.pool, "web", {a: ["t-a"], b: []})
+    await fleet.beat(a, volumes=["v-1", "v-2"], tasks=[])
+    await fleet.beat(a, volumes=["v-1"], tasks=["t-a"])
+    await fleet.beat(b, tasks=[])
+    await fleet.advance(320, beating={a: {"volumes": ["v-1"], "tasks": ["t-a"]}, b: {"tasks": []}})
+    await fleet.advance(60, beating={b: {"tasks": []}})          # a stalls
+    await fleet.beat(a, volumes=["v-1"], tasks=["t-a"])           # and returns
+    await fleet.advance(320, beating={b: {"tasks": []}})          # a is lost and reaped
+    HISTORIES.mkdir(exist_ok=True)
+    for wid, name in ((f"liveness-{a}", "liveness"), (f"gc-{a}", "collector"),
+                      (f"reap-{a}-1", "reap")):
+        history = await fleet.client.get_workflow_handle(wid).fetch_history()
+        (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+@pytest.mark.skipif(not RECORD, reason="set REAPER_RECORD_HISTORIES=1 to record")
+async def test_record_histories(fleet):
+    await _record(fleet)
+
+
+@pytest.mark.parametrize("name", ["liveness", "collector", "reap"])
+async def test_stored_history_replays_on_current_code(name):
+    path = HISTORIES / f"{name}.json"
+    history = WorkflowHistory.from_json(f"stored-{name}", path.read_text())
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
