@@ -357,6 +357,19 @@ class WorkerLiveness:
         s = self.s
         req = s.reap_pending
         assert req is not None
+        if not s.reap_forced:
+            # While the fleet is in full disruption, wait without starting a reap child per
+            # attempt (the reap activity checks again, in its transaction, anyway).
+            fleet = await workflow.execute_activity_method(
+                ReaperActivities.fleet_status, workflow.now(),
+                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+                summary="fleet disruption check before reaping",
+            )
+            if fleet.state == "full":
+                s.reap_retry_at = workflow.now() + timedelta(seconds=self._t().stall_after)
+                workflow.logger.warning("reap of %s deferred: fleet in full disruption",
+                                        s.worker)
+                return
         s.reaps += 1
         result: ReapResult = await workflow.execute_child_workflow(
             WorkerReap.run,
