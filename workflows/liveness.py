@@ -10,7 +10,7 @@ activities; the signal handlers only record, the ``run`` loop acts.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from temporalio import workflow
@@ -78,6 +78,8 @@ class WorkerLiveness:
         # continue-as-new (the loop stages them all before it continues).
         self._chunks: list[tuple[ReportChunk, datetime, str, bool]] = []
         self._staging_busy = 0
+        self._timer: asyncio.Future[None] | None = None
+        self._timer_deadline = datetime.min.replace(tzinfo=timezone.utc)
 
     # ---- signals: record only, never raise, never block -------------------------------
 
@@ -253,9 +255,17 @@ class WorkerLiveness:
         return min(times) if times else None
 
     async def _wait(self) -> None:
-        deadline = self._next_deadline()
+        """Wait for work or the next liveness deadline, with at most one timer running.
+
+        A heartbeat moves the deadline later but does not touch the timer: when it fires
+        early, the loop finds the worker still running and sets the next one. Timers are
+        cancelled only when a deadline moves earlier, so steady beats cost no timer events
+        beyond one per ``STALL_AFTER`` (TEMPORAL.md: a timer restarted per beat costs about
+        two events a beat).
+        """
         if self._has_work():
             return
+        deadline = self._next_deadline()
         if deadline is None:
             await workflow.wait_condition(self._has_work)
             return
@@ -263,17 +273,22 @@ class WorkerLiveness:
         # can differ by milliseconds between the first run and a replay (seen when the SDK
         # regroups back-to-back workflow tasks), and a decision taken on the boundary itself
         # would then differ too: a non-determinism error.
-        timeout = (deadline - workflow.now()).total_seconds() + DEADLINE_SLACK_S
-        if timeout <= 0:
+        fire_at = deadline + timedelta(seconds=DEADLINE_SLACK_S)
+        delay = (fire_at - workflow.now()).total_seconds()
+        if delay <= 0:
             self._on_deadline(deadline)
             return
-        try:
-            await workflow.wait_condition(
-                self._has_work, timeout=timeout,
-                timeout_summary=f"{self.s.state.value}: next liveness deadline",
-            )
-        except asyncio.TimeoutError:
-            self._on_deadline(deadline)
+        timer = self._timer
+        if timer is None or timer.done() or self._timer_deadline > deadline:
+            if timer is not None and not timer.done():
+                timer.cancel()
+            self._timer_deadline = deadline
+            self._timer = timer = asyncio.ensure_future(workflow.sleep(
+                delay, summary=f"{self.s.state.value}: next liveness deadline"))
+        await workflow.wait_condition(lambda: self._has_work() or timer.done())
+        if timer.done():
+            self._timer = None
+            self._on_deadline(self._timer_deadline)
 
     def _on_deadline(self, deadline: datetime) -> None:
         s, t = self.s, self._t()
