@@ -72,19 +72,7 @@ class LivenessActivities(ActivityBase):
     @activity.defn(name="load_timings")
     async def load_timings(self) -> Timings:
         """The durations and switches the workflows run with, from the controller's settings."""
-        s = self.settings
-        return Timings(
-            heartbeat_interval=s.heartbeat_interval,
-            stall_after=s.stall_after,
-            lost_after=s.lost_after,
-            missing_ttl=s.missing_ttl,
-            creating_timeout=s.creating_timeout,
-            resync_interval=s.resync_interval,
-            disruption_threshold=s.disruption_threshold,
-            dry_run=s.dry_run,
-            max_drop_fraction=s.max_drop_fraction,
-            suspect_min_handles=s.suspect_min_handles,
-        )
+        return Timings(**self.settings.model_dump(include=set(Timings.model_fields)))
 
     @activity.defn(name="record_worker_state")
     async def record_worker_state(self, change: WorkerStateChange) -> FleetView:

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import DestroyInput, ReconcileInput
     from reaper import rules
     from reaper.models import KINDS, CollectorInput, GcStatusInput, KindStatus, Report
-    from workflows.common import ACTIVITY_TIMEOUT, RETRY, liveness_id
+    from workflows.common import ACTIVITY_TIMEOUT, RETRY, liveness_id, nudge, signal_quietly
 
 HISTORY_CAP = 8_000
 
@@ -122,7 +122,7 @@ class HandleCollector:
         for kind, due in sorted(waiting.items()):
             if due <= now:
                 self.asked.add(kind)
-                await _signal(liveness_id(self.inp.worker), "want_report", kind)
+                await signal_quietly(liveness_id(self.inp.worker), "want_report", kind)
 
     async def _collect(self, r: Report) -> None:
         t, worker = self.inp.timings, self.inp.worker
@@ -150,7 +150,7 @@ class HandleCollector:
             workflow.logger.warning("report of %s %s not trusted yet: %s", worker, r.kind,
                                     res.suspect)
             self.suspects[r.kind] = r.digest
-            await _signal(liveness_id(worker), "want_report", r.kind)
+            await signal_quietly(liveness_id(worker), "want_report", r.kind)
         else:
             self.suspects.pop(r.kind, None)
         status = res.status
@@ -167,7 +167,7 @@ class HandleCollector:
                 status = KindStatus(missing=done.status.missing, next_due=done.status.next_due,
                                     orphans=status.orphans)
                 for target in sorted({w for _, w in done.replacements}):
-                    await _nudge(target)
+                    await nudge(target)
             else:
                 # Stalled, lost or a disrupted fleet: look again after STALL_AFTER, not at
                 # every beat.
@@ -190,23 +190,5 @@ class HandleCollector:
         if self.sent.get(update.kind) == update:
             return
         self.sent[update.kind] = update
-        await _signal(liveness_id(self.inp.worker), "gc_status", update)
+        await signal_quietly(liveness_id(self.inp.worker), "gc_status", update)
 
-
-async def _nudge(worker: str) -> None:
-    """Tell a worker's liveness that Postgres changed for it (a task was placed on it)."""
-    await _signal(liveness_id(worker), "nudge", None)
-
-
-async def _signal(workflow_id: str, name: str, arg: object) -> bool:
-    """Signal another workflow; False (logged) if it does not exist or is closed.
-
-    A liveness that is gone will learn everything from Postgres on its next report, so a
-    failed signal is never worth failing the collector for.
-    """
-    try:
-        await workflow.get_external_workflow_handle(workflow_id).signal(name, arg)
-        return True
-    except Exception as exc:
-        workflow.logger.info("signal %s to %s failed: %s", name, workflow_id, exc)
-        return False

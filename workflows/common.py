@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
 WORKER_ATTR = SearchAttributeKey.for_keyword("ReaperWorker")
@@ -36,3 +37,22 @@ def collector_id(worker: str) -> str:
 def reap_id(worker: str, n: int) -> str:
     """Workflow id of the ``n``-th reap of a worker (ids from data, never random)."""
     return f"reap-{worker}-{n}"
+
+
+async def nudge(worker: str) -> None:
+    """Tell a worker's liveness that Postgres changed for it (a task was placed on it)."""
+    await signal_quietly(liveness_id(worker), "nudge", None)
+
+
+async def signal_quietly(workflow_id: str, name: str, arg: object) -> bool:
+    """Signal another workflow; False (logged) if it does not exist or is closed.
+
+    A liveness that is gone will learn everything from Postgres on its next report, so a
+    failed signal is never worth failing the collector for.
+    """
+    try:
+        await workflow.get_external_workflow_handle(workflow_id).signal(name, arg)
+        return True
+    except Exception as exc:
+        workflow.logger.info("signal %s to %s failed: %s", name, workflow_id, exc)
+        return False

@@ -13,8 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import ReapRequest
     from reaper.models import ReapInput, ReapResult
-    from workflows.collector import _nudge
-    from workflows.common import ACTIVITY_TIMEOUT, RETRY
+    from workflows.common import ACTIVITY_TIMEOUT, RETRY, nudge
 
 
 @workflow.defn(name="WorkerReap")
@@ -32,5 +31,5 @@ class WorkerReap:
             summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",
         )
         for target in sorted({w for _, w in result.replacements}):
-            await _nudge(target)
+            await nudge(target)
         return result
