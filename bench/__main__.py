@@ -121,7 +121,7 @@ def _commit() -> str:
 
 
 async def measure(run: Run, sizes: dict, only: set[str] | None = None,
-                  controller_cache: int | None = None) -> None:
+                  controller_cache: int | None = None, keep: bool = False) -> None:
     from bench import bigreport, e2e, failover, history, memory, throughput, writes
     from bench.env import BenchEnv
 
@@ -148,6 +148,7 @@ async def measure(run: Run, sizes: dict, only: set[str] | None = None,
                 run.record(m)
 
     env = await BenchEnv.start(controller_cache)
+    env.keep = keep
     try:
         run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
         if want("1", "2", "3b", "5a"):
@@ -243,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--controller-cache", metavar="N", type=int,
                    help="diagnostic: run the controllers with the SDK's sticky workflow cache "
                         "(max_cached_workflows) at N instead of worker.py's default of 1000")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the temporary directory with the controllers' logs")
     p.add_argument("--write", metavar="FILE", type=Path,
                    help="write the results into FILE (between its bench markers)")
     args = p.parse_args(argv)
@@ -253,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     run.progress(f"{command}: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     try:
         only = set(args.only.split(",")) if args.only else None
-        asyncio.run(measure(run, QUICK if args.quick else FULL, only, args.controller_cache))
+        asyncio.run(measure(run, QUICK if args.quick else FULL, only, args.controller_cache,
+                            args.keep))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

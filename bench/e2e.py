@@ -61,7 +61,10 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
         seq += len(first)
         t0 = time.monotonic()
         await send_all(first)
-        await wait_settled(client, {worker: seq - 1}, timeout=120)
+        try:
+            await wait_settled(client, {worker: seq - 1}, timeout=180)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}: {await _where(client, worker)}") from None
         warm = time.monotonic() - t0
         known = (await query_state(client, worker)).report_digests
 
@@ -169,6 +172,22 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
            f"reports per chunk); reconcile_report of the staged report then takes "
            f"{rec_done - rec_start:.2f} s")
     return text, why
+
+
+async def _where(client: Client, worker: str) -> str:
+    """What the liveness and the collector say, for an error message."""
+    from workflows.common import collector_id
+
+    try:
+        st = await query_state(client, worker)
+        h = client.get_workflow_handle(collector_id(worker))
+        processed = await h.query("processed", result_type=int)
+        backlog = await h.query("backlog", result_type=int)
+    except Exception as exc:
+        return f"state unknown ({type(exc).__name__}: {exc})"
+    return (f"last_seq {st.last_seq}, pending_reports {st.pending_reports}, forwarded "
+            f"{st.forwarded_reports}, collector processed {processed}, backlog {backlog}, "
+            f"rejected {st.rejected} ({st.last_rejection})")
 
 
 async def _registered(pool: asyncpg.Pool, worker: str) -> bool:

@@ -96,6 +96,8 @@ class BenchEnv:
     controllers: list[Controller] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     controller_cache: int | None = None
+    keep: bool = False
+    """Keep the temporary directory (controller and worker logs) after :meth:`close`."""
 
     @property
     def client(self) -> Client:
@@ -214,7 +216,12 @@ class BenchEnv:
         raise RuntimeError(f"no worker polled {task_queue} within {timeout:g}s ({log_path})")
 
     async def close(self) -> None:
-        """Stop every process this run started and delete the temporary directory."""
+        """Stop every process this run started and delete the temporary directory.
+
+        Synchronous steps first, so that an interruption (Ctrl-C cancels the awaits) still
+        leaves no controller, worker or Postgres behind; the dev server is killed by pid if
+        its own shutdown does not finish.
+        """
         for c in self.controllers:
             try:
                 c.stop()
@@ -227,14 +234,27 @@ class BenchEnv:
                     p.wait(10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        if self.temporal is not None:
-            try:
-                await self.temporal.shutdown()
-            except Exception as exc:
-                log.warning("stopping the dev server: %s", exc)
         if self.pg is not None:
             try:
-                await asyncio.to_thread(self.pg.cleanup)
+                self.pg.cleanup()
             except Exception as exc:
                 log.warning("stopping Postgres: %s", exc)
-        shutil.rmtree(self.root, ignore_errors=True)
+        servers = [q for q in psutil.Process().children(recursive=True) if q.name() == "temporal"]
+        try:
+            if self.temporal is not None:
+                await self.temporal.shutdown()
+        except BaseException as exc:
+            log.warning("stopping the dev server: %r", exc)
+            raise
+        finally:
+            for q in servers:
+                try:
+                    if q.is_running():
+                        q.terminate()
+                        q.wait(10)
+                except psutil.Error:
+                    pass
+            if self.keep:
+                print(f"kept {self.root} (controller logs)", flush=True)
+            else:
+                shutil.rmtree(self.root, ignore_errors=True)
