@@ -33,7 +33,7 @@ FULL = dict(
     throughput=dict(workers=100, beats=16, rounds=3),
     big=dict(size=100_000, iterations=5),
     fleet=dict(workers=1000, victims=10, hb=10, stall=20, lost=30),
-    memory=dict(sizes=[1000, 5000], hb=60, budget=150),
+    memory=dict(sizes=[1000, 5000], hb=60, budget=120),
 )
 QUICK = dict(
     writes=dict(workers=20, rows=50, rounds=3, interval=1.0),

@@ -91,7 +91,11 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
                 list(tasks.values()))
             return n >= victims
 
-        await wait_until(done, lost_after + 120, "replacements placed", poll=0.1)
+        give_up = lost_after + 60
+        try:
+            await wait_until(done, give_up, "replacements placed", poll=0.1)
+        except TimeoutError:
+            pass  # measured as such: the victims not lost or not replaced by then
         wall = time.monotonic() - w0
         ctl_cores, tmp_cores = (ctl.cpu_seconds() - c0) / wall, (cpu(temporal) - t0) / wall
         gen_cores, load = (cpu(me) - d0) / wall, os.getloadavg()[0]
@@ -121,8 +125,9 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
     vwaits, vruns = await task_latencies(client, [liveness_id(n) for n in doomed], killed_at)
     vlate = await timer_lateness(client, [liveness_id(n) for n in doomed], killed_at)
     # The slowest victim's path, from the histories: liveness, then its reap child.
-    worst = max(repl_rows, key=lambda r: float(r["at"]) - last[by_task[r["replaces"]]])
-    slow = by_task[worst["replaces"]]
+    replaced = {by_task[r["replaces"]]: float(r["at"]) - last[by_task[r["replaces"]]]
+                for r in repl_rows}
+    slow = max(doomed, key=lambda n: replaced.get(n, float("inf")))
     paths = [await timeline(client, wid, last[slow] + 1.0, last[slow])
              for wid in (liveness_id(slow), f"reap-{slow}-1")]
     graces = _graces(ctl, set(doomed))
@@ -146,8 +151,7 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
         f"{spread(vlate)} after due on the server",
     ]
     lost_m = Metric(
-        "4a", f"median {statistics.median(to_lost):.2f} s, max {max(to_lost):.2f} s "
-        f"(LOST_AFTER {lost_after:g} s)", f"<= {limit:g} s",
+        "4a", _value(to_lost, victims, lost_after, give_up, "lost"), f"<= {limit:g} s",
         verdict(len(to_lost) == victims and max(to_lost) <= limit),
         common + [
             "per victim, last beat -> lost committed: "
@@ -156,8 +160,7 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
             + ", ".join(f"{float(r['s']):.2f}" for r in ctl_view),
         ])
     repl_m = Metric(
-        "4b", f"median {statistics.median(to_repl):.2f} s, max {max(to_repl):.2f} s "
-        f"(LOST_AFTER {lost_after:g} s)", f"<= {limit:g} s",
+        "4b", _value(to_repl, victims, lost_after, give_up, "replaced"), f"<= {limit:g} s",
         verdict(len(to_repl) == victims and max(to_repl) <= limit),
         ["per victim, last beat -> replacement placed: "
          + ", ".join(f"{x:.2f}" for x in sorted(to_repl)),
@@ -165,7 +168,9 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
         + [f"  {p}" for p in paths])
     for m, xs in ((lost_m, to_lost), (repl_m, to_repl)):
         if m.verdict == "MISS":
-            m.why = (f"worst {max(xs) - lost_after:.2f} s past LOST_AFTER, with the controller "
+            worst_s = (f"{max(xs) - lost_after:.2f} s" if len(xs) == victims
+                       else f"more than {give_up - lost_after:.0f} s")
+            m.why = (f"worst {worst_s} past LOST_AFTER, with the controller "
                      f"at {ctl_cores:.2f} cores and the dev server at {tmp_cores:.2f} on a "
                      f"machine at load {load:.1f}: the victims' deadline timers fired up to "
                      f"{max(vlate, default=0):.2f} s late on the server; their workflow tasks "
@@ -177,6 +182,14 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
                      "further tasks in sequence (the slowest victim's events are listed)")
     return [lost_m, repl_m], {"rss_at_fleet": rss_1, "killed_at": killed_at,
                               "bystander": names[0]}
+
+
+def _value(xs: list[float], victims: int, lost_after: float, give_up: float, what: str) -> str:
+    text = (f"median {statistics.median(xs):.2f} s, max {max(xs):.2f} s" if xs
+            else "none")
+    if len(xs) < victims:
+        text += f"; {victims - len(xs)} of {victims} not {what} {give_up:.0f} s after the kill"
+    return text + f" (LOST_AFTER {lost_after:g} s)"
 
 
 def _graces(ctl: Controller, victims: set[str]) -> tuple[int, int, int]:
