@@ -206,7 +206,9 @@ class WorkerLiveness:
         )
         while True:
             await self._step()
-            if self._should_continue_as_new() and not self._chunks:
+            # Operator requests and chunks live outside the carried state: hand over only
+            # once they are handled (a signal in this very activation is seen here).
+            if self._should_continue_as_new() and not self._chunks and self._drain is None:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=s.worker, carried=s))
             await self._wait()
