@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated metric ids to measure (e.g. 1,3a); default all")
     p.add_argument("--controller-cache", metavar="N", type=int,
                    help="diagnostic: run the controllers with the SDK's sticky workflow cache "
-                        "(max_cached_workflows) at N instead of worker.py's default of 1000")
+                        "(max_cached_workflows) forced to N instead of worker.py's setting")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary directory with the controllers' logs")
     p.add_argument("--write", metavar="FILE", type=Path,

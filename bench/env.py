@@ -38,13 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench")
 
 CACHE_WRAPPER = (
-    "import functools, sys; sys.path.insert(0, sys.argv[1]); import worker;"
+    "import sys; sys.path.insert(0, sys.argv[1]); import worker;"
     " from temporalio.worker import Worker;"
-    " worker.Worker = functools.partial(Worker, max_cached_workflows=int(sys.argv[2]));"
+    " worker.Worker = lambda *a, **k: Worker(*a, **{**k, 'max_cached_workflows': int(sys.argv[2])});"
     " sys.exit(worker.main())"
 )
 """``--controller-cache N`` (a diagnostic, not the default): worker.py with the SDK's sticky
-workflow cache set to N instead of its default of 1,000."""
+workflow cache (``max_cached_workflows``) forced to N instead of worker.py's own setting."""
 
 
 @dataclass
