@@ -221,7 +221,8 @@ def write_markdown(path: Path, run: Run, info: dict[str, str], command: str,
     for m in metrics:
         lines.append(f"- **{m.key} {m.name}**: {m.value}.")
         for d in m.details:
-            lines.append(f"  - {d.strip()}")
+            nested = d.startswith("  ")  # a breakdown line under the one before it
+            lines.append(("    - " if nested else "  - ") + d.strip())
         if m.why:
             lines.append(f"  - why: {m.why}")
     lines.append("<!-- bench:end -->")
