@@ -180,8 +180,9 @@ class CollectActivities(ActivityBase):
     async def reconcile_report(self, inp: ReconcileInput) -> ReconcileResult:
         """Diff a complete report against the worker's rows: mark newly missing, clear returned.
 
-        Only a ``running`` worker's report marks or clears (rule 1); ``creating`` rows and rows
-        that changed state after ``taken_at`` are never marked (rule 2); rows whose
+        Only a ``running`` worker's report marks or clears (rule 1), and only one taken since
+        its latest return (rule 4: a report from before a stall never decides); ``creating``
+        rows and rows that changed state after ``taken_at`` are never marked (rule 2); rows whose
         ``missing_since`` would not change are not written (rule 3). For tasks, a ``pending``
         task placed on the worker that it reports becomes ``running`` (rule 5), and reported
         tasks that were reaped are orphans (rule 7). A report that would drop more than
@@ -196,11 +197,17 @@ class CollectActivities(ActivityBase):
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
         store = DRY if dry else ROWS
         async with self.pool.acquire() as conn, conn.transaction():
-            state = await conn.fetchval(
-                "SELECT state FROM reaper.workers WHERE name = $1 FOR SHARE", worker
+            row = await conn.fetchrow(
+                "SELECT state, state_since FROM reaper.workers WHERE name = $1 FOR SHARE", worker
             )
+            state = row["state"] if row else None
             if state != "running":
                 return ReconcileResult(skipped=f"worker is {state or 'unknown'}")
+            if row["state_since"] is not None and inp.taken_at < row["state_since"]:
+                # Taken before the worker's latest return: time away does not count, and the
+                # first report after the return decides (rule 4).
+                return ReconcileResult(skipped=f"report taken before the return at "
+                                               f"{row['state_since'].isoformat()}")
             if inp.staged is not None:
                 staged = await staged_handles(conn, worker, kind, inp.staged)
                 if staged is None:

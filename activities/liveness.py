@@ -19,6 +19,7 @@ _CLEAR_MARKS = (
     " WHERE worker = $1 AND missing_since IS NOT NULL",
     "UPDATE reaper.tasks SET missing_since = NULL"
     " WHERE worker = $1 AND missing_since IS NOT NULL",
+    "DELETE FROM reaper.dry_marks WHERE worker = $1 AND NOT done",
 )
 
 
@@ -78,17 +79,22 @@ class LivenessActivities(ActivityBase):
     async def record_worker_state(self, change: WorkerStateChange) -> FleetView:
         """Upsert the ``workers`` row; on a state change write an ``events`` row.
 
-        A worker that returns to ``running`` from ``stalled`` or ``lost`` has all its marks
-        cleared: time spent stalled or lost does not count towards ``MISSING_TTL``, and its
-        first complete report after the return decides (CONTRACT.md rule 4).
-        Idempotent: a retry finds the state already written and changes nothing more.
+        A worker that returns to ``running`` after ``STALL_AFTER`` of silence has all its
+        marks cleared once for that return (``change.returned_at``), whether or not its stall
+        was recorded: time spent stalled or lost does not count towards ``MISSING_TTL``, and
+        its first complete report after the return decides (CONTRACT.md rule 4). The row's
+        ``state_since`` becomes the return time, so reports taken before it are skipped by
+        ``reconcile_report``. Idempotent: a retry finds the state already written and changes
+        nothing more.
 
         Returns:
-            The fleet's state after the change.
+            The fleet's state after the change; ``marks_cleared`` if this return's marks are
+            cleared (now or by an earlier attempt).
         """
         async with self.pool.acquire() as conn, conn.transaction():
             old = await conn.fetchrow(
-                "SELECT state FROM reaper.workers WHERE name = $1 FOR UPDATE", change.worker
+                "SELECT state, state_since FROM reaper.workers WHERE name = $1 FOR UPDATE",
+                change.worker,
             )
             old_state = old["state"] if old else None
             new_state = change.state.value
@@ -119,10 +125,23 @@ class LivenessActivities(ActivityBase):
                 await write_events(
                     conn, change.worker, "worker", "state", [change.worker], reason, change.actor
                 )
-                if new_state == "running" and old_state in ("stalled", "lost"):
+            cleared = False
+            back = change.returned_at
+            if new_state == "running" and old is not None:
+                unjudged = (back is not None and old_state == "running"
+                            and old["state_since"] is not None and old["state_since"] < back)
+                if old_state in ("stalled", "lost") or unjudged:
+                    if unjudged:  # a silence the liveness could not judge in time (busy)
+                        await conn.execute(
+                            "UPDATE reaper.workers SET state_since = $2 WHERE name = $1",
+                            change.worker, back)
                     for sql in _CLEAR_MARKS:
                         await conn.execute(sql, change.worker)
-            return await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
+                    cleared = True
+                elif back is not None:
+                    cleared = True  # by an earlier attempt of this very change
+            fleet = await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
+            return fleet.model_copy(update={"marks_cleared": cleared})
 
     @activity.defn(name="set_draining")
     async def set_draining(self, change: DrainChange) -> bool:

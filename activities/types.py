@@ -20,6 +20,9 @@ class WorkerStateChange(BaseModel):
     last_heartbeat_at: datetime | None = None
     reason: str | None = None
     actor: str | None = None
+    returned_at: datetime | None = None
+    """The worker's latest return after ``STALL_AFTER`` of silence (UTC), if any: its marks
+    are cleared once per return, even a silence the liveness had no chance to judge."""
 
 
 class FleetView(BaseModel):
@@ -30,6 +33,9 @@ class FleetView(BaseModel):
     unhealthy: int
     since: datetime | None = None
     recovered_at: datetime | None = None
+    marks_cleared: bool = False
+    """Set by ``record_worker_state`` only: a return cleared the worker's marks (its ``missing``
+    counts are 0 until its next report). Added compatibly: results recorded before it decode."""
 
 
 class DrainChange(BaseModel):

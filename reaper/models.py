@@ -228,6 +228,11 @@ class LivenessState(BaseModel):
     """The ``workers`` row exists (written by the first ``record_worker_state``)."""
     recorded_state: WorkerState | None = None
     """The state last written to Postgres; differs from ``state`` while a write is pending."""
+    returned_at: datetime | None = None
+    """UTC time of the worker's latest return to ``running`` after ``STALL_AFTER`` or more of
+    silence (judged or not): reports taken before it never decide (CONTRACT.md rule 4)."""
+    recorded_return: datetime | None = None
+    """The ``returned_at`` last written to Postgres (its marks cleared as of that return)."""
     grace_until: datetime | None = None
     """No reap before this time (set after an outage or a fleet recovery)."""
     reaps: int = 0

@@ -7,14 +7,16 @@ stalled 30 s, lost 300 s, MISSING_TTL 300 s unless a test overrides them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from activities import ReaperActivities
 from activities.types import ReapRequest, ReconcileInput, WorkerStateChange
 from reaper.models import WorkerState
 from tests.conftest import fleet_with, make_settings
-from tests.helpers import eventually
+from tests.helpers import eventually, send
 from tests.test_gc import insert, rows
 from tests.test_reap import setup_service, task_states
 
@@ -208,3 +210,130 @@ async def test_rule5_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reape
         active = await pool.fetchval(
             "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state IN ('pending','running')", svc)
         assert active == 5
+
+
+async def test_rule4_return_clears_marks_and_the_missing_count_shown(fleet):
+    """CONTRACT §2: query `state` `missing` is the count of handles marked now. A return
+    clears every mark (rule 4); the count shown (and ReaperMissing) follows at once, not at
+    the next reconciled report. Found by the timelines of tests/test_property.py."""
+    w = fleet.name("w")
+    now = await fleet.env.get_current_time()
+    await fleet.pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state, state_changed_at)"
+        " VALUES ('c-1', $1, 'created', $2)", w, now)
+
+    def marked() -> Any:
+        return fleet.pool.fetchval("SELECT count(*) FROM reaper.containers"
+                                   " WHERE worker = $1 AND missing_since IS NOT NULL", w)
+
+    await fleet.beat(w, containers=[])                 # c-1 marked missing
+    assert await marked() == 1
+    await eventually(lambda: fleet.state(w), lambda s: s.missing == 1, what="missing 1")
+    await fleet.env.sleep(40)                          # silent: stalled
+    assert (await fleet.state(w)).state == "stalled"
+    st = await fleet.beat(w)                           # back, liveness only
+    assert st.state == "running"
+    # Rule 4: time stalled does not count, the marks restart: none is left in Postgres.
+    await eventually(marked, lambda n: n == 0, what="marks cleared by the return")
+    await fleet.advance(20, beating={w: {}})           # it goes on beating, liveness only
+    await eventually(lambda: fleet.state(w), lambda s: s.missing == 0, timeout=5.0,
+                     what="state missing back to 0")
+
+
+async def test_rule4_report_pending_across_a_stall_never_decides_after_the_return(fleet):
+    """A complete report that reached the liveness while Postgres failed stays pending; the
+    worker stalls, and returns with a liveness-only beat. That report was taken before the
+    return: it must not mark (it would count the time stalled), and the first complete report
+    after the return starts the TTL. Found by the timelines of tests/test_property.py."""
+    w = fleet.name("w")
+    t0 = await fleet.env.get_current_time()
+    await fleet.pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state, state_changed_at)"
+        " VALUES ('c-1', $1, 'created', $2)", w, t0)
+    await fleet.beat(w, containers=["c-1"])
+    # Postgres fails the liveness's writes (as in a restart): recording `stalled` retries.
+    async with table_unavailable(fleet.pool, "fleet") as restore:
+        await _pending_across_a_stall(fleet, w, restore)
+
+
+async def _pending_across_a_stall(fleet, w: str, restore) -> None:
+    await fleet.env.sleep(40)
+    assert (await fleet.state(w)).state == "stalled"
+    # t1: it beats once, with a complete report lacking c-1; the report waits for Postgres.
+    fleet.seq[w] += 1
+    await send(fleet.client, fleet.tq, {"worker": w, "boot_id": fleet.boot[w],
+                                        "seq": fleet.seq[w], "containers": []})
+    st = await eventually(lambda: fleet.state(w), lambda s: s.last_seq == fleet.seq[w],
+                          what="beat at t1 handled")
+    assert st.pending_reports == 1
+    await fleet.env.sleep(40)                          # silent again
+    await restore()
+    await fleet.env.sleep(11)                          # Postgres back: judged and recorded
+    assert (await fleet.state(w)).state == "stalled"
+    assert await fleet.pool.fetchval(
+        "SELECT state FROM reaper.workers WHERE name = $1", w) == "stalled"
+    t2 = await fleet.env.get_current_time()
+    await fleet.beat(w)                                # t2: back, liveness only
+    since = await fleet.pool.fetchval(
+        "SELECT missing_since FROM reaper.containers WHERE handle = 'c-1' AND worker = $1", w)
+    assert since is None, f"c-1 marked missing since {since}, before the return at {t2}"
+    await fleet.advance(260, beating={w: {}})         # liveness-only beats
+    t3 = await fleet.env.get_current_time()
+    await fleet.beat(w, containers=[])                 # first complete report since t2
+    destroyed = await fleet.pool.fetchval(
+        "SELECT count(*) FROM reaper.events WHERE handle = 'c-1' AND worker = $1"
+        " AND action = 'destroyed'", w)
+    assert destroyed == 0, (f"c-1 destroyed {(t3 - t2).total_seconds():.0f} s after the return,"
+                            " on the first complete report since it")
+    since = await fleet.pool.fetchval(
+        "SELECT missing_since FROM reaper.containers WHERE handle = 'c-1' AND worker = $1", w)
+    assert since is not None and since >= t3, "the first report since the return marks it"
+
+
+@contextlib.asynccontextmanager
+async def table_unavailable(pool, table: str):
+    """Make ``reaper.{table}`` fail every statement (renamed away) until ``restore()`` or the
+    end of the block, whichever comes first."""
+    gone = f"{table}_unavailable"
+    await pool.execute(f"ALTER TABLE reaper.{table} RENAME TO {gone}")
+    restored = False
+
+    async def restore() -> None:
+        nonlocal restored
+        if not restored:
+            await pool.execute(f"ALTER TABLE reaper.{gone} RENAME TO {table}")
+            restored = True
+
+    try:
+        yield restore
+    finally:
+        await restore()
+
+
+async def test_rule4_silence_the_busy_liveness_did_not_judge_still_counts_as_a_stall(fleet):
+    """The liveness is stuck in an activity (a drain whose event write fails) while the worker
+    is silent for longer than STALL_AFTER, so no timer got to judge it stalled. Its next beat
+    is still a return: marks made before the silence are cleared (rule 4) and Postgres shows
+    the worker running since the return."""
+    w = fleet.name("w")
+    await insert(fleet.pool, "containers", w, ["c-1", "c-2"])
+    await fleet.beat(w, containers=["c-1"])
+    assert (await rows(fleet.pool, "containers", w))["c-2"] is not None
+    async with table_unavailable(fleet.pool, "events") as restore:
+        await fleet.client.get_workflow_handle(f"liveness-{w}").signal(
+            "drain", {"reason": "test", "actor": "op"})
+        await fleet.env.sleep(45)                      # silent; the liveness retries the drain
+        st = await fleet.state(w)
+        assert st.state == "running" and not st.draining, "the drain must still be stuck"
+        t1 = await fleet.env.get_current_time()
+        fleet.seq[w] += 1
+        await send(fleet.client, fleet.tq, {"worker": w, "boot_id": fleet.boot[w],
+                                            "seq": fleet.seq[w]})
+        await eventually(lambda: fleet.state(w), lambda s: s.last_seq == fleet.seq[w],
+                         what="the beat after the silence handled")
+        await restore()
+        await eventually(lambda: rows(fleet.pool, "containers", w),
+                         lambda r: r["c-2"] is None, what="marks cleared by the return")
+    since = await fleet.pool.fetchval(
+        "SELECT state_since FROM reaper.workers WHERE name = $1", w)
+    assert since >= t1, f"running since {since}, not since the return at {t1}"

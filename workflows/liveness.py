@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from activities import ReaperActivities
-    from activities.types import DrainChange, StageChunk, WorkerStateChange
+    from activities.types import DrainChange, FleetView, StageChunk, WorkerStateChange
     from reaper import rules
     from reaper.models import (
         KINDS,
@@ -80,6 +80,8 @@ class WorkerLiveness:
         self._staging_busy = 0
         self._timer: asyncio.Future[None] | None = None
         self._timer_deadline = datetime.min.replace(tzinfo=timezone.utc)
+        self._fleet_seen: str | None = None
+        """Fleet state returned by the record of this step (consumed by ``_reap``)."""
 
     # ---- signals: record only, never raise, never block -------------------------------
 
@@ -106,14 +108,25 @@ class WorkerLiveness:
         if verdict is rules.Fence.new_boot:
             s.previous_boot_ids = rules.remember_boot(s.previous_boot_ids, s.boot_id)
             s.boot_id = beat.boot_id
+        # A silence of STALL_AFTER is a stall even if the loop, busy with an activity, had no
+        # chance to judge it (same boundary as the deadline timer, so a replay agrees).
+        silent = (s.last_heartbeat_at is not None and s.timings is not None
+                  and (now - s.last_heartbeat_at).total_seconds()
+                  >= s.timings.stall_after + DEADLINE_SLACK_S)
+        if s.last_heartbeat_at is None:
+            s.state_since = now  # running since its first beat
         s.last_seq = beat.seq
         s.last_heartbeat_at = now
-        returned = s.state is not WorkerState.running
+        returned = s.state is not WorkerState.running or silent
         if returned:
             s.state, s.state_since = WorkerState.running, now
+            s.returned_at = now
             s.grace_until = None
             if not s.reap_forced:
                 s.reap_pending = None
+            # Reports taken before the return never decide (rule 4): the first complete
+            # report from now on does.
+            s.pending.clear()
         for kind in KINDS:
             handles = beat.report(kind)
             if handles is not None:
@@ -223,7 +236,9 @@ class WorkerLiveness:
 
     def _need_record(self) -> bool:
         s = self.s
-        return s.last_heartbeat_at is not None and s.recorded_state is not s.state
+        return s.last_heartbeat_at is not None and (
+            s.recorded_state is not s.state
+            or (s.state is WorkerState.running and s.recorded_return != s.returned_at))
 
     def _need_reap(self) -> bool:
         s = self.s
@@ -231,7 +246,9 @@ class WorkerLiveness:
                 and s.recorded_state is WorkerState.lost)
 
     def _need_forward(self) -> bool:
-        return bool(self.s.pending) and self.s.recorded_state is WorkerState.running
+        s = self.s
+        return (bool(s.pending) and s.recorded_state is WorkerState.running
+                and s.recorded_return == s.returned_at)
 
     def _has_work(self) -> bool:
         return (
@@ -325,6 +342,7 @@ class WorkerLiveness:
 
     async def _step(self) -> None:
         s = self.s
+        self._fleet_seen = None
         self._judge()
         if self._need_record():
             await self._record_state()
@@ -357,32 +375,46 @@ class WorkerLiveness:
         actor = None
         if state is WorkerState.lost and s.reap_pending is not None:
             reason, actor = s.reap_pending.reason, s.reap_pending.actor
-        await workflow.execute_activity_method(
+        back = s.returned_at if state is WorkerState.running else None
+        done: FleetView = await workflow.execute_activity_method(
             ReaperActivities.record_worker_state,
             WorkerStateChange(
                 worker=s.worker, state=state, at=s.state_since or workflow.now(),
                 boot_id=s.boot_id, last_seq=s.last_seq if s.last_seq >= 0 else None,
                 last_heartbeat_at=s.last_heartbeat_at, reason=reason, actor=actor,
+                returned_at=back,
             ),
             start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
             summary=f"{s.worker}: {s.recorded_state.value if s.recorded_state else 'new'} -> {state.value}",
         )
         s.recorded_state = state
+        if state is WorkerState.running:
+            s.recorded_return = back
         s.registered = True
+        self._fleet_seen = done.state
+        if done.marks_cleared:
+            # The return cleared every mark in Postgres: the missing counts shown (query
+            # `state`, ReaperMissing) are 0 until the next report says otherwise.
+            for st in s.status.values():
+                st.missing, st.next_due = 0, None
 
     async def _reap(self) -> None:
         s = self.s
         req = s.reap_pending
         assert req is not None
+        seen, self._fleet_seen = self._fleet_seen, None
         if not s.reap_forced:
             # While the fleet is in full disruption, wait without starting a reap child per
-            # attempt (the reap activity checks again, in its transaction, anyway).
-            fleet = await workflow.execute_activity_method(
-                ReaperActivities.fleet_status, workflow.now(),
-                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
-                summary="fleet disruption check before reaping",
-            )
-            if fleet.state == "full":
+            # attempt (the reap activity checks again, in its transaction, anyway). The fleet
+            # state written with `lost` a moment ago is fresh enough; a retry asks again.
+            # (patched: runs recorded before it asked the fleet every time)
+            if seen is None or not workflow.patched("reap-uses-recorded-fleet-state"):
+                seen = (await workflow.execute_activity_method(
+                    ReaperActivities.fleet_status, workflow.now(),
+                    start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
+                    summary="fleet disruption check before reaping",
+                )).state
+            if seen == "full":
                 s.reap_retry_at = workflow.now() + timedelta(seconds=self._t().stall_after)
                 workflow.logger.warning("reap of %s deferred: fleet in full disruption",
                                         s.worker)
@@ -412,6 +444,8 @@ class WorkerLiveness:
         """Queue a complete report for the collector if it needs reconciling (issue 4)."""
         s = self.s
         kind = report.kind
+        if s.returned_at is not None and report.taken_at < s.returned_at:
+            return  # taken before the latest return (a chunked report finished late)
         queued = s.pending.get(kind)
         if queued is not None:
             if queued.digest == report.digest and not force:
