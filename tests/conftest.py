@@ -18,6 +18,7 @@ from typing import AsyncIterator, Iterator
 import asyncpg
 import pytest
 import pytest_asyncio
+from hypothesis import settings as hypothesis_settings
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -31,6 +32,10 @@ from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
 
 _exit_status = 0
+
+# `make test` runs the property tests with this profile: the same examples every run, no
+# example database, so a red CI run is reproducible from the commit alone.
+hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
