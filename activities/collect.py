@@ -17,7 +17,6 @@ from temporalio import activity
 
 from activities.base import EVENT_KIND, ActivityBase, per_kind, unique, write_events
 from activities.placement import backfill
-from activities.staging import staged_handles
 from activities.types import DestroyInput, DestroyResult, ReconcileInput, ReconcileResult
 from reaper.models import KindStatus
 
@@ -28,12 +27,24 @@ MARKABLE = {
 }
 """States whose rows may be marked missing (rule 2: never ``creating``, never ``pending``)."""
 
+REPORT = "pg_temp.reaper_report"
+"""The report being reconciled: a temporary table of the connection, emptied at commit.
+
+The report is sent to Postgres once (COPY, or straight from ``reaper.report_chunks`` when it
+was staged) and every statement joins against it; shipping a 100,000-handle array to each
+statement cost four times the transfer and parse (BENCHMARKS.md, metric 3a)."""
+_CREATE_REPORT = (
+    f"CREATE TEMPORARY TABLE IF NOT EXISTS {REPORT.split('.')[1]} (h text NOT NULL)"
+    " ON COMMIT DELETE ROWS"
+)
+_IN_REPORT = f"IN (SELECT h FROM {REPORT})"
+
 # Rows of the worker absent from the report, markable, whose state was set before the
-# report was taken (rule 2). $2 report, $3 taken_at, $4 markable states.
+# report was taken (rule 2). $2 taken_at, $3 markable states.
 _ABSENT = (
-    "FROM {table} t WHERE t.worker = $1 AND t.state = ANY($4::text[])"
-    " AND t.state_changed_at <= $3"
-    " AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) AS r(h) WHERE r.h = t.{key})"
+    "FROM {table} t WHERE t.worker = $1 AND t.state = ANY($3::text[])"
+    " AND t.state_changed_at <= $2"
+    f" AND NOT EXISTS (SELECT 1 FROM {REPORT} r WHERE r.h = t.{{key}})"
 )
 
 
@@ -41,13 +52,13 @@ _ABSENT = (
 class MarkStore:
     """Where marks live: ``missing_since`` on the rows, or ``reaper.dry_marks`` in a dry run.
 
-    Each attribute is one statement per kind. Parameters: $1 worker, then as noted.
+    Each attribute is one statement per kind. Parameters: $1 worker, then as noted; the
+    report itself is the table ``REPORT``.
     """
 
-    clear: dict[str, str]      # $2 reported handles -> rows cleared
+    clear: dict[str, str]      # reported handles -> rows cleared
     restart: dict[str, str]    # $2 also_seen, $3 taken_at
-    count_new: dict[str, str]  # like mark, counting only
-    mark: dict[str, str]       # $2 report, $3 taken_at, $4 markable -> handles marked
+    mark: dict[str, str]       # $2 taken_at, $3 markable -> handles marked
     status: dict[str, str]     # -> n, oldest (not yet destroyed)
     held: dict[str, str]       # $2 markable -> rows a report could drop
     restart_all: dict[str, str]  # $2 taken_at: every mark of the kind restarts
@@ -58,7 +69,7 @@ _HELD = per_kind("SELECT count(*) FROM {table} WHERE worker = $1 AND state = ANY
 ROWS = MarkStore(
     clear=per_kind(
         "UPDATE {table} SET missing_since = NULL"
-        " WHERE worker = $1 AND missing_since IS NOT NULL AND {key} = ANY($2::text[])"
+        " WHERE worker = $1 AND missing_since IS NOT NULL AND {key} " + _IN_REPORT
     ),
     # Marked rows that a superseded report still held were seen after their mark: their
     # clock restarts (rule 4: every report since missing_since must lack the handle).
@@ -67,9 +78,8 @@ ROWS = MarkStore(
         " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since < $3"
         " AND {key} = ANY($2::text[])"
     ),
-    count_new=per_kind("SELECT count(*) " + _ABSENT + " AND t.missing_since IS NULL"),
     mark=per_kind(
-        "UPDATE {table} AS u SET missing_since = $3 FROM (SELECT t.{key} AS k "
+        "UPDATE {table} AS u SET missing_since = $2 FROM (SELECT t.{key} AS k "
         + _ABSENT + " AND t.missing_since IS NULL) AS m WHERE u.{key} = m.k RETURNING u.{key}"
     ),
     status=per_kind(
@@ -94,20 +104,16 @@ def _dry(template: str) -> dict[str, str]:
 DRY = MarkStore(
     clear=_dry(
         "DELETE FROM reaper.dry_marks"
-        " WHERE worker = $1 AND kind = '{kind}' AND handle = ANY($2::text[])"
+        " WHERE worker = $1 AND kind = '{kind}' AND handle " + _IN_REPORT
     ),
     restart=_dry(
         "UPDATE reaper.dry_marks SET missing_since = $3, done = false"
         " WHERE worker = $1 AND kind = '{kind}' AND missing_since < $3"
         " AND handle = ANY($2::text[])"
     ),
-    count_new=_dry(
-        "SELECT count(*) " + _ABSENT + " AND NOT EXISTS (SELECT 1 FROM reaper.dry_marks d"
-        " WHERE d.worker = $1 AND d.kind = '{kind}' AND d.handle = t.{key})"
-    ),
     mark=_dry(
         "INSERT INTO reaper.dry_marks (worker, kind, handle, missing_since)"
-        " SELECT $1, '{kind}', t.{key}, $3 " + _ABSENT
+        " SELECT $1, '{kind}', t.{key}, $2 " + _ABSENT
         + " ON CONFLICT DO NOTHING RETURNING handle"
     ),
     status=_dry(
@@ -125,14 +131,14 @@ DRY = MarkStore(
 # Reported handles the database does not hold for this worker: remember when first seen,
 # forget those no longer reported; the ones older than MISSING_TTL are orphans.
 _UNKNOWN = per_kind(
-    "WITH u AS (SELECT DISTINCT r.h FROM unnest($3::text[]) AS r(h)"
+    f"WITH u AS (SELECT r.h FROM {REPORT} r"
     "  WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.{key} = r.h AND t.worker = $1)),"
     " ins AS (INSERT INTO reaper.unknown_handles (worker, kind, handle, first_seen)"
-    "  SELECT $1, $2, h, $4 FROM u ON CONFLICT DO NOTHING),"
+    "  SELECT $1, $2, h, $3 FROM u ON CONFLICT DO NOTHING),"
     " del AS (DELETE FROM reaper.unknown_handles x WHERE x.worker = $1 AND x.kind = $2"
     "  AND NOT EXISTS (SELECT 1 FROM u WHERE u.h = x.handle))"
     " SELECT x.handle FROM reaper.unknown_handles x JOIN u ON u.h = x.handle"
-    " WHERE x.worker = $1 AND x.kind = $2 AND x.first_seen <= $5 ORDER BY x.handle"
+    " WHERE x.worker = $1 AND x.kind = $2 AND x.first_seen <= $4 ORDER BY x.handle"
 )
 _DESTROY = {
     kind: (
@@ -173,6 +179,33 @@ _WOULD_STUCK_CREATING = {
 }
 
 
+class _TooMany(Exception):
+    """A report would mark more than the mass-drop rule allows (rolls its marks back)."""
+
+
+async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
+    """Put the report's distinct handles in ``REPORT`` (inside the caller's transaction).
+
+    A staged report is copied within Postgres from ``reaper.report_chunks``; an inline one
+    is sent once by COPY. Returns False if a staged report is gone.
+    """
+    await conn.execute(_CREATE_REPORT)
+    if inp.staged is not None:
+        found = await conn.fetchval(
+            "WITH c AS (SELECT handles FROM reaper.report_chunks WHERE worker = $1"
+            " AND kind = $2 AND report_id = $3),"
+            f" ins AS (INSERT INTO {REPORT} (h) SELECT DISTINCT unnest(handles) FROM c)"
+            " SELECT count(*) FROM c",
+            inp.worker, inp.kind, inp.staged,
+        )
+        return found > 0
+    await conn.copy_records_to_table(
+        REPORT.split(".")[1], schema_name="pg_temp", columns=["h"],
+        records=[(h,) for h in unique(inp.handles)],
+    )
+    return True
+
+
 class CollectActivities(ActivityBase):
     """Activities called by ``HandleCollector`` (one collector per worker, ``gc-{worker}``)."""
 
@@ -208,32 +241,27 @@ class CollectActivities(ActivityBase):
                 # first report after the return decides (rule 4).
                 return ReconcileResult(skipped=f"report taken before the return at "
                                                f"{row['state_since'].isoformat()}")
-            if inp.staged is not None:
-                staged = await staged_handles(conn, worker, kind, inp.staged)
-                if staged is None:
-                    return ReconcileResult(skipped=f"staged report {inp.staged} is gone")
-                handles = unique(staged)
-            else:
-                handles = unique(inp.handles)
+            if not await _load_report(conn, inp):
+                return ReconcileResult(skipped=f"staged report {inp.staged} is gone")
             result = ReconcileResult()
             if kind == "tasks" and not dry:
                 result.started = await _column(
                     conn,
                     "UPDATE reaper.tasks SET state = 'running' WHERE worker = $1"
-                    " AND state = 'pending' AND id = ANY($2::text[]) RETURNING id",
-                    worker, handles,
+                    " AND state = 'pending' AND id " + _IN_REPORT + " RETURNING id",
+                    worker,
                 )
             # The report is an array parameter, which the planner guesses at 10 rows: left to
             # itself it diffs a 100,000-handle report by nested loop, O(rows x handles).
             # Hash joins while the worker's rows are diffed against the report; index probes
             # (nested loops) again when the report is looked up in the table.
             await conn.execute("SET LOCAL enable_nestloop = off")
-            result.cleared = _count(await conn.execute(store.clear[kind], worker, handles))
+            result.cleared = _count(await conn.execute(store.clear[kind], worker))
             if inp.also_seen:
                 await conn.execute(store.restart[kind], worker, inp.also_seen, inp.taken_at)
             if inp.restart_all:
                 await conn.execute(store.restart_all[kind], worker, inp.taken_at)
-            marked = await self._mark(conn, store, inp, handles, result)
+            marked = await self._mark(conn, store, inp, result)
             if dry:
                 await write_events(
                     conn, worker, EVENT_KIND[kind], "mark", marked, "missing from report",
@@ -245,15 +273,13 @@ class CollectActivities(ActivityBase):
             cutoff = inp.taken_at - timedelta(seconds=inp.missing_ttl)
             result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
-            orphans = await _column(
-                conn, _UNKNOWN[kind], worker, kind, handles, inp.taken_at, cutoff
-            )
+            orphans = await _column(conn, _UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
             if kind == "tasks":
                 reaped = await _column(
                     conn,
                     "SELECT id FROM reaper.tasks WHERE worker = $1"
-                    " AND state IN ('lost', 'stopped') AND id = ANY($2::text[])",
-                    worker, handles,
+                    " AND state IN ('lost', 'stopped') AND id " + _IN_REPORT,
+                    worker,
                 )
                 orphans = sorted({*orphans, *reaped})
                 result.assignments = await _column(
@@ -266,21 +292,27 @@ class CollectActivities(ActivityBase):
             return result
 
     async def _mark(self, conn: asyncpg.Connection, store: MarkStore, inp: ReconcileInput,
-                    handles: list[str], result: ReconcileResult) -> list[str]:
-        """Mark the absent rows, unless the report drops suspiciously many (issue 3, rule 6)."""
+                    result: ReconcileResult) -> list[str]:
+        """Mark the absent rows, unless the report drops suspiciously many (issue 3, rule 6).
+
+        The check marks under a savepoint and rolls the marks back when too many, so the
+        report is diffed once, not counted first and diffed again.
+        """
         kind, markable = inp.kind, MARKABLE[inp.kind]
+        held = None
         if not inp.confirmed:
             held = await conn.fetchval(store.held[kind], inp.worker, markable)
-            if held >= inp.suspect_min_handles:
-                new = await conn.fetchval(
-                    store.count_new[kind], inp.worker, handles, inp.taken_at, markable
-                )
-                if new > inp.max_drop_fraction * held:
-                    result.suspect = f"drops {new} of {held} {kind} at once"
-                    return []
-        marked = await _column(
-            conn, store.mark[kind], inp.worker, handles, inp.taken_at, markable
-        )
+            if held < inp.suspect_min_handles:
+                held = None
+        try:
+            async with conn.transaction():  # a savepoint
+                marked = await _column(conn, store.mark[kind], inp.worker, inp.taken_at,
+                                       markable)
+                if held is not None and len(marked) > inp.max_drop_fraction * held:
+                    raise _TooMany(len(marked), held)
+        except _TooMany as too:
+            result.suspect = f"drops {too.args[0]} of {too.args[1]} {kind} at once"
+            return []
         result.marked = len(marked)
         return marked
 
