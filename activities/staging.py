@@ -31,8 +31,14 @@ class StagingActivities(ActivityBase):
         """Store one chunk (idempotent: a duplicate chunk changes nothing) and drop chunks of
         abandoned reports. When the last chunk is in, check the digest of the whole report;
         a report whose handles do not hash to its digest is dropped and marks nothing.
+        Safe to run for several chunks of a report at once (a transaction lock per worker
+        and kind orders them).
         """
         async with self.pool.acquire() as conn, conn.transaction():
+            # Chunks of one report may be staged concurrently: serialise them per worker and
+            # kind, so the last one to commit sees every chunk and completes the report.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))",
+                               inp.worker, inp.kind)
             await conn.execute(
                 "INSERT INTO reaper.report_chunks"
                 " (worker, kind, report_id, idx, count, digest, handles)"

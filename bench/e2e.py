@@ -128,6 +128,7 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
     names: dict[int, str] = {}
     stage: list[tuple[float, float]] = []
     first_signal = None
+    in_flight = peak = 0
     for ev in live:
         if _t(ev) < wall0:
             continue
@@ -135,10 +136,14 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
             first_signal = _t(ev)
         if ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+            if names[ev.event_id] == "stage_chunk":
+                in_flight += 1
+                peak = max(peak, in_flight)
         if ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             a = ev.activity_task_completed_event_attributes
             if names.get(a.scheduled_event_id) == "stage_chunk":
                 stage.append((_t(ev), 0.0))
+                in_flight -= 1
     rec_sched = rec_start = rec_done = None
     cnames: dict[int, str] = {}
     for ev in coll:
@@ -162,14 +167,15 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
     last_stage = stage[-1][0]
     each = (last_stage - first_signal) / len(stage) * 1000
     text = (f"timeline from the histories: first chunk signalled +{first_signal - wall0:.2f} s; "
-            f"{len(stage)} stage_chunk activities, one after another, done "
+            f"{len(stage)} stage_chunk activities (at most {peak} at once), done "
             f"+{last_stage - wall0:.2f} s ({each:.0f} ms each); reconcile_report scheduled "
             f"+{rec_sched - wall0:.2f} s, ran {rec_done - rec_start:.2f} s, done "
             f"+{rec_done - wall0:.2f} s")
     why = (f"WorkerLiveness stages the {len(stage)} chunks with one stage_chunk activity "
-           f"each, in sequence ({last_stage - first_signal:.2f} s, {each:.0f} ms per chunk: "
-           "a workflow task, an activity task, an INSERT, a count(*) and a DELETE of other "
-           f"reports per chunk); reconcile_report of the staged report then takes "
+           f"each, at most {peak} at once ({last_stage - first_signal:.2f} s, {each:.0f} ms "
+           "per chunk: a workflow task, an activity task, an INSERT, a count(*) and a DELETE "
+           "of other reports per chunk, serialised in Postgres per worker and kind); "
+           "reconcile_report of the staged report then takes "
            f"{rec_done - rec_start:.2f} s")
     return text, why
 
