@@ -337,3 +337,32 @@ async def test_rule4_silence_the_busy_liveness_did_not_judge_still_counts_as_a_s
     since = await fleet.pool.fetchval(
         "SELECT state_since FROM reaper.workers WHERE name = $1", w)
     assert since >= t1, f"running since {since}, not since the return at {t1}"
+
+
+async def test_rule8_forced_reap_is_not_undone_by_a_beat_right_after_it(fleet):
+    """An operator force-reaps a worker that is still beating; its next beat lands before the
+    controller acted on the request. The reap still happens (the worker stays lost until it
+    is done), and the worker then returns with its reaped task as an orphan (rule 7)."""
+    a, b = fleet.name("a"), fleet.name("b")
+    await setup_service(fleet.pool, "web", {a: ["t-a"], b: ["t-b"]})
+    await fleet.pool.execute("UPDATE reaper.tasks SET state = 'running'"
+                             " WHERE id = ANY($1::text[])", ["t-a", "t-b"])
+    await fleet.beat(a, tasks=["t-a"])
+    await fleet.beat(b, tasks=["t-b"])
+    handle = fleet.client.get_workflow_handle(f"liveness-{a}")
+    # The liveness is busy (a drain whose event write fails) while the request and the beat
+    # arrive, so both reach it in one activation, the beat after the request.
+    async with table_unavailable(fleet.pool, "events") as restore:
+        await handle.signal("drain", {"reason": "test", "actor": "op"})
+        await handle.signal("force_reap", {"reason": "disk failed", "actor": "oncall"})
+        fleet.seq[a] += 1
+        await send(fleet.client, fleet.tq, {"worker": a, "boot_id": fleet.boot[a],
+                                            "seq": fleet.seq[a], "tasks": ["t-a"]})
+        await restore()
+    await eventually(lambda: task_states(fleet.pool), lambda t: t["t-a"][1] == "lost",
+                     what="t-a lost by the forced reap")
+    st = await fleet.beat(a, tasks=["t-a"])            # back after the reap
+    assert st.state == "running"
+    st = await eventually(lambda: fleet.state(a), lambda s: "t-a" in s.orphans,
+                          what="the reaped task listed as an orphan")
+    assert (await task_states(fleet.pool))["t-a"][1] == "lost"

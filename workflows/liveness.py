@@ -120,6 +120,10 @@ class WorkerLiveness:
         s.last_seq = beat.seq
         s.last_heartbeat_at = now
         returned = s.state is not WorkerState.running or silent
+        if s.reap_forced and s.reap_pending is not None:
+            # An operator's reap runs first, even if the worker is beating: it stays lost
+            # until the reap is done, and its first beat after that is its return.
+            returned = False
         if returned:
             s.state, s.state_since = WorkerState.running, now
             s.returned_at = now
