@@ -223,6 +223,12 @@ class WorkerLiveness:
             f"lost after {s.timings.lost_after:g}s without a heartbeat; handle GC in "
             f"`{collector_id(s.worker)}`."
         )
+        if inp.carried is not None:
+            # A run that starts after its deadline (the controller was down across the
+            # continue-as-new) is as late as a late timer: same outage grace (rule 4).
+            deadline = self._next_deadline()
+            if deadline is not None and deadline < workflow.now():
+                self._on_deadline(deadline)
         while True:
             await self._step()
             # Operator requests and chunks live outside the carried state: hand over only
