@@ -6,6 +6,8 @@ Timings (tests/conftest.py make_settings): heartbeat 10 s, stalled after 30 s, l
 
 from __future__ import annotations
 
+from tests.helpers import eventually
+
 TTL = 300
 
 
@@ -164,8 +166,10 @@ async def test_rule4_missing_task_stopped_and_service_backfilled(fleet):
     await fleet.pool.execute(
         "INSERT INTO reaper.tasks (id, service, worker, state) VALUES"
         " ('t-a', 'web', $1, 'pending'), ('t-b', 'web', $2, 'pending')", a, b)
-    st = await fleet.beat(a, tasks=[])
-    assert st.assignments == ["t-a"]
+    await fleet.beat(a, tasks=[])
+    # the collector signals the assignments back after the reconcile: wait for that signal
+    await eventually(lambda: fleet.state(a), lambda s: s.assignments == ["t-a"],
+                     what="t-a assigned to a")
     await fleet.beat(a, tasks=["t-a"])
     await fleet.beat(b, tasks=["t-b"])
     states = dict(await fleet.pool.fetch("SELECT id, state FROM reaper.tasks"))

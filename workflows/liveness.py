@@ -223,12 +223,6 @@ class WorkerLiveness:
             f"lost after {s.timings.lost_after:g}s without a heartbeat; handle GC in "
             f"`{collector_id(s.worker)}`."
         )
-        if inp.carried is not None:
-            # A run that starts after its deadline (the controller was down across the
-            # continue-as-new) is as late as a late timer: same outage grace (rule 4).
-            deadline = self._next_deadline()
-            if deadline is not None and deadline < workflow.now():
-                self._on_deadline(deadline)
         while True:
             await self._step()
             # Operator requests and chunks live outside the carried state: hand over only
@@ -340,6 +334,14 @@ class WorkerLiveness:
         if s.last_heartbeat_at is None:
             return
         now = workflow.now()
+        deadline = rules.next_deadline(s.last_heartbeat_at, s.state, t.stall_after, t.lost_after,
+                                       s.grace_until)
+        if (deadline is not None and deadline < now
+                and workflow.patched("outage-grace-when-judged")):
+            # Judged late, however the loop got here (a late timer, a run that starts after
+            # the controller was down across a continue-as-new, a signal that woke the loop
+            # first): the same outage grace as a late timer (rule 4).
+            self._on_deadline(deadline)
         judged = rules.judge_liveness(s.last_heartbeat_at, now, t.stall_after, t.lost_after)
         if judged is WorkerState.lost and s.grace_until is not None and now < s.grace_until:
             judged = WorkerState.stalled
