@@ -78,7 +78,36 @@ the controller's first look) ends, well within these seconds."""
 # ---- processes ---------------------------------------------------------------------------
 
 
-class ControllerProcess:
+class ChildProcess:
+    """A child process that a test can signal, SIGKILL and stop (``proc`` set by ``start``)."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        assert self.proc is not None
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGCONT)   # in case a test left it stopped
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+class ControllerProcess(ChildProcess):
     """``python worker.py`` as a child process that a test can SIGKILL and restart."""
 
     def __init__(self, address: str, db_url: str, log: Path) -> None:
@@ -95,28 +124,6 @@ class ControllerProcess:
                                          env=self.env, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        assert self.proc is not None
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
     def tail(self, lines: int = 40) -> str:
         """The log's last lines, without tracebacks and the SDK's connection-retry noise."""
         if not self.log.exists():
@@ -126,7 +133,7 @@ class ControllerProcess:
         return "\n".join(kept[-lines:])
 
 
-class DevServer:
+class DevServer(ChildProcess):
     """A Temporal dev server of the test's own, on a fixed port with its state in a SQLite
     file, so that it can be SIGKILLed and started again where it left off."""
 
@@ -159,19 +166,6 @@ class DevServer:
 
         await eventually(up, bool, timeout=30, poll=0.05, what="the dev server listening")
 
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 @pytest_asyncio.fixture
