@@ -17,8 +17,9 @@ from temporalio.worker import Worker
 
 from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
-from reaper.config import ConfigError, Settings, load_settings
-from reaper.temporal import connect, ensure_search_attributes
+from reaper.core.config import ConfigError, Settings, load_settings
+from activities.temporal import connect, ensure_search_attributes
+from workflows.common import SEARCH_ATTRIBUTES
 from workflows import ALL_WORKFLOWS
 
 log = logging.getLogger("reaper.worker")
@@ -51,7 +52,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
         client = await connect(settings.temporal_address, settings.namespace)
-        await ensure_search_attributes(client)
+        await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
         acts = ReaperActivities(pool, settings)
         worker = Worker(
             client,

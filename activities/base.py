@@ -6,7 +6,7 @@ from typing import Iterable, Sequence
 
 import asyncpg
 
-from reaper.config import Settings
+from reaper.core.config import Settings
 
 KIND_TABLE = {"containers": "reaper.containers", "volumes": "reaper.volumes", "tasks": "reaper.tasks"}
 """Report kind -> table. Table names are fixed identifiers, never user input."""

@@ -18,7 +18,7 @@ from temporalio import activity
 from activities.base import EVENT_KIND, ActivityBase, per_kind, unique, write_events
 from activities.placement import backfill
 from activities.types import DestroyInput, DestroyResult, ReconcileInput, ReconcileResult
-from reaper.models import KindStatus
+from reaper.core.models import KindStatus
 
 MARKABLE = {
     "containers": ["created", "destroying"],

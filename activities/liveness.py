@@ -9,8 +9,8 @@ from temporalio import activity
 
 from activities.base import ActivityBase, write_events
 from activities.types import DrainChange, FleetView, WorkerStateChange
-from reaper.models import Timings
-from reaper.rules import FleetState, fleet_state
+from reaper.core.models import Timings
+from reaper.core.policy.fleet import FleetState, fleet_state
 
 _CLEAR_MARKS = (
     "UPDATE reaper.containers SET missing_since = NULL"

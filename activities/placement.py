@@ -8,7 +8,7 @@ from typing import Iterable
 import asyncpg
 
 from activities.base import write_events
-from reaper.rules import place
+from reaper.core.policy.placement import place
 
 REPLACEABLE_STOP_REASONS = ["worker-lost", "missing"]
 """Tasks that reaper took down, and so replaces; a task the user stopped is never replaced."""
@@ -26,7 +26,7 @@ async def backfill(
     """Bring each service back to ``desired_count`` with replacement ``pending`` tasks.
 
     Each replacement goes to the healthy (``running``), non-draining worker with the fewest
-    pending and running tasks (:func:`reaper.rules.place`), and names in ``replaces`` a task
+    pending and running tasks (:func:`reaper.core.policy.placement.place`), and names in ``replaces`` a task
     of the service that reaper took down and that has no replacement yet. Runs in the
     caller's transaction with the service row locked, so a retry or a concurrent backfill
     counts the replacements already made and places nothing twice.

@@ -11,7 +11,7 @@ from temporalio import activity
 from activities.base import ActivityBase, write_events
 from activities.placement import backfill
 from activities.types import ReapRequest
-from reaper.models import ReapResult
+from reaper.core.models import ReapResult
 
 
 async def take_reap_token(

@@ -8,7 +8,7 @@ from temporalio import activity
 
 from activities.base import ActivityBase
 from activities.types import StageChunk, StageResult
-from reaper.rules import report_digest
+from reaper.core.protocol import report_digest
 
 
 async def staged_handles(conn: asyncpg.Connection, worker: str, kind: str, report_id: str) -> list[str] | None:

@@ -6,7 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from reaper.models import Kind, KindStatus, WorkerState
+from reaper.core.contract import Kind, WorkerState
+
+from reaper.core.models import KindStatus
 
 
 class WorkerStateChange(BaseModel):

@@ -23,7 +23,7 @@ from activities.db import migrate
 from activities.types import ReconcileInput
 from bench.env import BenchEnv
 from bench.result import Metric, verdict
-from reaper.config import Settings
+from reaper.core.config import Settings
 
 WORKER = "big-1"
 ANTI_JOIN = (

@@ -9,7 +9,7 @@ from typing import Awaitable, Callable, Iterable, TypeVar
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from reaper.models import StateView
+from reaper.core.contract import StateView
 from workflows.common import collector_id, liveness_id
 from workflows.liveness import WorkerLiveness
 

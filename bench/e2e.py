@@ -23,13 +23,13 @@ from bench.common import query_state, wait_settled, wait_until
 from bench.env import Controller
 from bench.fleet import send_beat
 from bench.result import Metric, verdict
-from reaper.rules import payload_bytes
+from reaper.core.protocol import payload_bytes
 
 KINDS_EMPTY = {"volumes": [], "tasks": []}
 
 
 async def run(client: Client, ctl: Controller, size: int) -> Metric:
-    from reaper.protocol import build_beats
+    from reaper.core.protocol import build_beats
 
     changed = size // 100
     worker = "big-e2e"

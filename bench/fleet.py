@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from reaper.models import LivenessInput
+from reaper.core.models import LivenessInput
 from workflows.common import liveness_id
 from workflows.liveness import WorkerLiveness
 

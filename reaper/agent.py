@@ -32,9 +32,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RetryConfig
 
-from reaper.models import KINDS, LivenessInput, StateView
-from reaper.protocol import build_beats
-from reaper.temporal import DEFAULT_ADDRESS
+from reaper.core.contract import KINDS, StateView
+
+from reaper.core.models import LivenessInput
+from reaper.core.protocol import build_beats
+from activities.temporal import DEFAULT_ADDRESS
 from workflows.common import liveness_id
 from workflows.liveness import WorkerLiveness
 

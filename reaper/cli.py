@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from reaper.config import ConfigError, Settings, load_settings
+from reaper.core.config import ConfigError, Settings, load_settings
 
 app = typer.Typer(
     name="reaper",
@@ -194,7 +194,7 @@ def agent(
     """A reference agent: heartbeats the contents of STATE_DIR and applies what reaper says
     (assigned tasks are started, orphans removed). Runs until Ctrl-C or SIGTERM."""
     from reaper.agent import Agent, client_factory
-    from reaper.models import WORKER_NAME
+    from reaper.core.contract import WORKER_NAME
 
     try:
         settings = _settings(temporal_address=address, namespace=namespace,
@@ -229,7 +229,7 @@ def agent(
 
 async def _connect(settings: Settings) -> Any:
     from activities.db import Unreachable
-    from reaper.temporal import DEFAULT_ADDRESS, connect
+    from activities.temporal import DEFAULT_ADDRESS, connect
 
     logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
     try:
@@ -264,7 +264,7 @@ async def fleet_overview(settings: Settings) -> dict[str, Any]:
 
     Returns a JSON-ready dict: ``{"fleet": {...} | None, "workers": [...], "notes": [...]}``.
     """
-    from reaper.models import StateView
+    from reaper.core.contract import StateView
     from workflows.liveness import WorkerLiveness
 
     client = await _connect(settings)
@@ -404,7 +404,7 @@ async def signal_worker(settings: Settings, worker: str, name: str, reason: str)
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
 
-    from reaper.models import WORKER_NAME
+    from reaper.core.contract import WORKER_NAME
     from workflows.common import liveness_id
 
     if not WORKER_NAME.match(worker):

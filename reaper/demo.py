@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from rich.console import Console
 
-from reaper.config import Settings
+from reaper.core.config import Settings
 from reaper.stack import Child, Stack, StackError, free_port, tail
 
 T = TypeVar("T")
@@ -131,7 +131,7 @@ class Demo:
             await asyncio.sleep(0.1)
 
     async def view(self, worker: str) -> Any:
-        from reaper.models import StateView
+        from reaper.core.contract import StateView
         from workflows.common import liveness_id
         from workflows.liveness import WorkerLiveness
 
@@ -218,7 +218,7 @@ def _show_logs(console: Console, demo: Demo) -> None:
 
 async def _scenario(d: Demo) -> None:
     from activities.db import create_pool
-    from reaper.temporal import connect
+    from activities.temporal import connect
 
     t, s = d.timeline, d.settings
     d.stack.start(on_progress=t)

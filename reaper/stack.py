@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable, Mapping, Sequence
 
-from reaper.config import Settings
+from reaper.core.config import Settings
 
 log = logging.getLogger("reaper.stack")
 

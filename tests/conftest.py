@@ -26,8 +26,8 @@ from temporalio.worker import Worker
 
 from activities import ReaperActivities
 from activities.db import migrate
-from reaper.config import Settings
-from reaper.temporal import ensure_search_attributes
+from reaper.core.config import Settings
+from activities.temporal import ensure_search_attributes
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
 
@@ -106,7 +106,7 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
         test_server_existing_path=find_binary("temporal-test-server"),
         data_converter=pydantic_data_converter,
     )
-    await ensure_search_attributes(env.client)
+    await ensure_search_attributes(env.client, SEARCH_ATTRIBUTES)
     yield env
     await env.shutdown()
 

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.models import StateView
+from reaper.core.contract import StateView
 from tests.helpers import eventually, query_state, send
 from workflows.common import collector_id, liveness_id
 

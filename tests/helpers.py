@@ -9,7 +9,9 @@ from typing import Any, Awaitable, Callable, TypeVar
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
-from reaper.models import LivenessInput, StateView
+from reaper.core.contract import StateView
+
+from reaper.core.models import LivenessInput
 from workflows import WorkerLiveness
 from workflows.common import liveness_id
 

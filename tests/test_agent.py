@@ -15,8 +15,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.agent import Agent, client_factory, list_entries
-from reaper.models import StateView
-from reaper.rules import report_digest
+from reaper.core.contract import StateView
+from reaper.core.protocol import report_digest
 from reaper.stack import free_port
 from conftest import controller, make_settings
 from tests.helpers import eventually, query_state

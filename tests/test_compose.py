@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 import yaml
 
-from reaper.config import Settings, parse_duration
+from reaper.core.config import Settings, parse_duration
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

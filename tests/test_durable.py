@@ -200,8 +200,8 @@ async def test_chunked_reports_complete_across_continue_as_new(dev_env, pool, co
     ~30 events: every report completes (its digest becomes the controller's), and exactly
     the handles the last one lacks are marked (issue 4; the time-skipping server mishandles
     signals that race a continue-as-new, so this runs on the real dev server)."""
-    from reaper.protocol import build_beats
-    from reaper.rules import report_digest
+    from reaper.core.protocol import build_beats
+    from reaper.core.protocol import report_digest
 
     client = dev_env.client
     w = f"w-{uuid.uuid4().hex[:6]}"

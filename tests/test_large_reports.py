@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from temporalio.api.common.v1 import Payload
 
-from reaper.protocol import build_beats
-from reaper.rules import report_digest
+from reaper.core.protocol import build_beats
+from reaper.core.protocol import report_digest
 from tests.helpers import query_state
 
 TTL = 300

@@ -48,12 +48,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.db import migrate
-from reaper.models import StateView
+from reaper.core.contract import StateView
 from reaper.stack import EmbeddedPostgres, free_port, is_listening
-from reaper.temporal import ensure_search_attributes
+from activities.temporal import ensure_search_attributes
 from tests.conftest import find_binary
 from tests.helpers import beat, eventually, query_state, send
-from workflows.common import liveness_id
+from workflows.common import SEARCH_ATTRIBUTES, liveness_id
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -180,7 +180,7 @@ async def own_temporal() -> AsyncIterator[tuple[DevServer, Client]]:
             server.address, data_converter=pydantic_data_converter,
             retry_config=RetryConfig(initial_interval_millis=50, max_interval_millis=200,
                                      max_elapsed_time_millis=800, max_retries=4))
-        await ensure_search_attributes(client)
+        await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
         yield server, client
     finally:
         server.stop()

@@ -37,10 +37,13 @@ from hypothesis import strategies as st
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from reaper import rules
-from reaper.temporal import ensure_search_attributes
-from reaper.models import WorkerState
-from reaper.rules import FleetState
+from reaper.core.policy import collection, fleet, liveness, placement
+
+from reaper.core import protocol
+from activities.temporal import ensure_search_attributes
+from workflows.common import SEARCH_ATTRIBUTES
+from reaper.core.contract import WorkerState
+from reaper.core.policy.fleet import FleetState
 from tests import model as m
 from tests.conftest import find_binary, fleet_with
 from tests.helpers import eventually, query_state, send
@@ -67,7 +70,7 @@ def ms(n: int) -> float:
 
 
 class RealFence:
-    """How WorkerLiveness uses ``rules.fence`` and ``rules.remember_boot``."""
+    """How WorkerLiveness uses ``liveness.fence`` and ``liveness.remember_boot``."""
 
     def __init__(self) -> None:
         self.boot: str | None = None
@@ -75,11 +78,11 @@ class RealFence:
         self.previous: list[str] = []
 
     def offer(self, boot: str, seq: int) -> bool:
-        verdict = rules.fence(self.boot, self.seq, self.previous, boot, seq)
+        verdict = liveness.fence(self.boot, self.seq, self.previous, boot, seq)
         if not verdict.accepted:
             return False
-        if verdict is rules.Fence.new_boot:
-            self.previous = rules.remember_boot(self.previous, self.boot)
+        if verdict is liveness.Fence.new_boot:
+            self.previous = liveness.remember_boot(self.previous, self.boot)
             self.boot = boot
         self.seq = seq
         return True
@@ -165,8 +168,8 @@ silences = st.integers(0, 10**7).map(ms)
 def test_judge_liveness_is_monotone_in_silence(timing, a, b):
     stall, lost = timing
     quiet, longer = sorted((a, b))
-    s1 = rules.judge_liveness(at(0), at(quiet), stall, lost)
-    s2 = rules.judge_liveness(at(0), at(longer), stall, lost)
+    s1 = liveness.judge_liveness(at(0), at(quiet), stall, lost)
+    s2 = liveness.judge_liveness(at(0), at(longer), stall, lost)
     assert m.RANK[s1.value] <= m.RANK[s2.value]
     assert s1.value == m.judge(quiet, m.Timings(stall_after=stall, lost_after=lost))
 
@@ -175,16 +178,16 @@ def test_judge_liveness_is_monotone_in_silence(timing, a, b):
 @given(timing_pairs, silences)
 def test_next_deadline_is_where_the_judgement_changes(timing, silence):
     stall, lost = timing
-    state = rules.judge_liveness(at(0), at(silence), stall, lost)
-    due = rules.next_deadline(at(0), state, stall, lost)
+    state = liveness.judge_liveness(at(0), at(silence), stall, lost)
+    due = liveness.next_deadline(at(0), state, stall, lost)
     if state is WorkerState.lost:
         assert due is None
         return
     assert due is not None and due > at(silence)
-    assert rules.judge_liveness(at(0), due, stall, lost) is not state
+    assert liveness.judge_liveness(at(0), due, stall, lost) is not state
     before = due - timedelta(milliseconds=1)
     if before >= at(silence):
-        assert rules.judge_liveness(at(0), before, stall, lost) is state
+        assert liveness.judge_liveness(at(0), before, stall, lost) is state
 
 
 # ---- fleet state ------------------------------------------------------------------------------
@@ -196,13 +199,13 @@ FLEET_RANK = {FleetState.normal: 0, FleetState.partial: 1, FleetState.full: 2}
 @given(st.integers(0, 200), st.integers(0, 200), st.floats(0.01, 1.0))
 def test_fleet_state_is_monotone_in_unhealthy_count(total, k, threshold):
     unhealthy = min(k, total)
-    ranks = [FLEET_RANK[rules.fleet_state(total - u, u, threshold)] for u in range(total + 1)]
+    ranks = [FLEET_RANK[fleet.fleet_state(total - u, u, threshold)] for u in range(total + 1)]
     assert ranks == sorted(ranks)
-    state = rules.fleet_state(total - unhealthy, unhealthy, threshold)
+    state = fleet.fleet_state(total - unhealthy, unhealthy, threshold)
     assert (state is FleetState.normal) == (unhealthy == 0)
     assert (state is FleetState.full) == (total > 0 and unhealthy / total >= threshold)
     # One more unhealthy worker never makes it better.
-    more = rules.fleet_state(total - unhealthy, unhealthy + 1, threshold)
+    more = fleet.fleet_state(total - unhealthy, unhealthy + 1, threshold)
     assert FLEET_RANK[more] >= FLEET_RANK[state]
 
 
@@ -215,7 +218,7 @@ def test_fleet_state_is_monotone_in_unhealthy_count(total, k, threshold):
        st.integers(0, 40), st.randoms(use_true_random=False))
 def test_place_picks_a_least_loaded_worker_and_spreads_evenly(candidates, count, rnd):
     before = dict(candidates)
-    chosen = rules.place(candidates, count)
+    chosen = placement.place(candidates, count)
     assert candidates == before  # input untouched
     assert len(chosen) == (count if candidates else 0)
     load = dict(candidates)
@@ -227,7 +230,7 @@ def test_place_picks_a_least_loaded_worker_and_spreads_evenly(candidates, count,
     # Placement is a function of the loads, not of the mapping's order.
     items = list(candidates.items())
     rnd.shuffle(items)
-    assert rules.place(dict(items), count) == chosen
+    assert placement.place(dict(items), count) == chosen
 
 
 # ---- digest -----------------------------------------------------------------------------------
@@ -242,8 +245,8 @@ handle_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF,
 def test_report_digest_ignores_order_and_duplicates_and_nothing_else(a, b, rnd):
     shuffled = a + a[: len(a) // 2]
     rnd.shuffle(shuffled)
-    assert rules.report_digest(shuffled) == rules.report_digest(a)
-    assert (rules.report_digest(a) == rules.report_digest(b)) == (set(a) == set(b))
+    assert protocol.report_digest(shuffled) == protocol.report_digest(a)
+    assert (protocol.report_digest(a) == protocol.report_digest(b)) == (set(a) == set(b))
 
 
 # ---- coalesce + reconcile (model level) -----------------------------------------------------
@@ -266,7 +269,7 @@ def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, repor
         one = m.reconcile_marks(one, rep, t)
     also: list[str] = []
     for older, newer in zip(reports, reports[1:]):
-        also = rules.coalesce(sorted(older), also, sorted(newer))
+        also = collection.coalesce(sorted(older), also, sorted(newer))
     folded = m.reconcile_marks(dict(marks0), reports[-1], times[-1], also)
     assert {h for h, v in one.items() if v is not None} == {
         h for h, v in folded.items() if v is not None}
@@ -291,7 +294,7 @@ def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, repor
        st.integers(1, 60_000).map(ms))
 def test_should_forward_drops_only_unchanged_unwanted_reports_within_resync(
         changed, wanted, gap, resync):
-    d = rules.should_forward("new" if changed else "old", "old", at(gap), at(0), resync, wanted)
+    d = collection.should_forward("new" if changed else "old", "old", at(gap), at(0), resync, wanted)
     assert d.forward == (changed or wanted or gap >= resync)
 
 
@@ -590,7 +593,7 @@ async def play_and_compare(pool: Any, workers: int, timeline: list[tuple]) -> No
         data_converter=pydantic_data_converter,
     )
     try:
-        await ensure_search_attributes(env.client)
+        await ensure_search_attributes(env.client, SEARCH_ATTRIBUTES)
         async with fleet_with(env, pool) as fleet:
             await _play_and_compare(fleet, workers, timeline)
     finally:

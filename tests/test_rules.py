@@ -4,10 +4,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reaper import rules
-from reaper.config import ConfigError, load_settings, parse_duration
-from reaper.models import Heartbeat, WorkerState
-from reaper.rules import Fence, FleetState
+from reaper.core.policy import collection, fleet, liveness, placement
+from reaper.core import protocol
+from reaper.core.config import ConfigError, load_settings, parse_duration
+from reaper.core.contract import Heartbeat, WorkerState
+from reaper.core.policy.fleet import FleetState
+from reaper.core.policy.liveness import Fence
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
 
@@ -29,14 +31,14 @@ def at(seconds: float) -> datetime:
     ],
 )
 def test_fence_seq_and_boot_id_decide(current, last_seq, previous, boot, seq, expected):
-    assert rules.fence(current, last_seq, previous, boot, seq) is expected
+    assert liveness.fence(current, last_seq, previous, boot, seq) is expected
 
 
 def test_remember_boot_is_bounded():
     previous: list[str] = []
     for i in range(40):
-        previous = rules.remember_boot(previous, f"b{i}")
-    assert len(previous) == rules.MAX_REMEMBERED_BOOT_IDS
+        previous = liveness.remember_boot(previous, f"b{i}")
+    assert len(previous) == liveness.MAX_REMEMBERED_BOOT_IDS
     assert previous[-1] == "b39"
 
 
@@ -46,7 +48,7 @@ def test_remember_boot_is_bounded():
      (299, WorkerState.stalled), (300, WorkerState.lost), (10_000, WorkerState.lost)],
 )
 def test_judge_liveness_on_controller_clock(silent, expected):
-    assert rules.judge_liveness(T0, at(silent), 30, 300) is expected
+    assert liveness.judge_liveness(T0, at(silent), 30, 300) is expected
 
 
 @pytest.mark.parametrize(
@@ -60,7 +62,7 @@ def test_judge_liveness_on_controller_clock(silent, expected):
     ],
 )
 def test_next_deadline(state, grace, expected):
-    assert rules.next_deadline(T0, state, 30, 300, grace) == expected
+    assert liveness.next_deadline(T0, state, 30, 300, grace) == expected
 
 
 @pytest.mark.parametrize(
@@ -68,7 +70,7 @@ def test_next_deadline(state, grace, expected):
     [(0, None), (10, None), (10.5, at(10.5 + 30)), (600, at(600 + 30))],
 )
 def test_outage_grace_only_when_timer_fired_late(late, expected):
-    assert rules.outage_grace(T0, at(late), 10, 30) == expected
+    assert liveness.outage_grace(T0, at(late), 10, 30) == expected
 
 
 @pytest.mark.parametrize(
@@ -86,15 +88,15 @@ def test_outage_grace_only_when_timer_fired_late(late, expected):
     ],
 )
 def test_fleet_state(healthy, unhealthy, threshold, expected):
-    assert rules.fleet_state(healthy, unhealthy, threshold) is expected
+    assert fleet.fleet_state(healthy, unhealthy, threshold) is expected
 
 
 def test_report_digest_ignores_order_and_repeats():
-    assert rules.report_digest(["a", "b"]) == rules.report_digest(["b", "a", "a"])
-    assert rules.report_digest(["a"]) != rules.report_digest(["a", "b"])
-    assert rules.report_digest([]) != rules.report_digest([""])
+    assert protocol.report_digest(["a", "b"]) == protocol.report_digest(["b", "a", "a"])
+    assert protocol.report_digest(["a"]) != protocol.report_digest(["a", "b"])
+    assert protocol.report_digest([]) != protocol.report_digest([""])
     # no ambiguity from concatenation
-    assert rules.report_digest(["ab", "c"]) != rules.report_digest(["a", "bc"])
+    assert protocol.report_digest(["ab", "c"]) != protocol.report_digest(["a", "bc"])
 
 
 @pytest.mark.parametrize(
@@ -107,7 +109,7 @@ def test_report_digest_ignores_order_and_repeats():
     ],
 )
 def test_place_on_fewest_running(candidates, count, expected):
-    assert rules.place(candidates, count) == expected
+    assert placement.place(candidates, count) == expected
 
 
 @pytest.mark.parametrize(
@@ -121,15 +123,15 @@ def test_place_on_fewest_running(candidates, count, expected):
     ],
 )
 def test_should_forward(digest, fwd, taken, fwd_at, wanted, expected):
-    d = rules.should_forward(digest, fwd, at(taken), at(fwd_at) if fwd_at is not None else None,
+    d = collection.should_forward(digest, fwd, at(taken), at(fwd_at) if fwd_at is not None else None,
                              30, wanted)
     assert (d.forward, d.reason) == expected
 
 
 def test_coalesce_keeps_handles_seen_in_superseded_reports():
-    assert rules.coalesce(["a", "b"], [], ["a"]) == ["b"]
-    assert rules.coalesce(["a"], ["z"], ["a"]) == ["z"]
-    assert rules.coalesce(["a"], ["z"], ["z", "a"]) == []
+    assert collection.coalesce(["a", "b"], [], ["a"]) == ["b"]
+    assert collection.coalesce(["a"], ["z"], ["a"]) == ["z"]
+    assert collection.coalesce(["a"], ["z"], ["z", "a"]) == []
 
 
 # ---- configuration (CONTRACT.md §1) ---------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 
 from activities import ReaperActivities
 from activities.types import ReapRequest, ReconcileInput, WorkerStateChange
-from reaper.models import WorkerState
+from reaper.core.contract import WorkerState
 from tests.conftest import fleet_with, make_settings
 from tests.helpers import eventually, send
 from tests.test_gc import insert, rows

@@ -18,8 +18,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import DestroyInput, ReconcileInput
-    from reaper import rules
-    from reaper.models import KINDS, CollectorInput, GcStatusInput, KindStatus, Report
+    from reaper.core.policy import collection
+    from reaper.core.contract import KINDS
+    from reaper.core.models import CollectorInput, GcStatusInput, KindStatus, Report
     from workflows.common import ACTIVITY_TIMEOUT, RETRY, liveness_id, nudge, signal_quietly
 
 HISTORY_CAP = 8_000
@@ -54,7 +55,7 @@ class HandleCollector:
                 if queued.staged is not None or r.staged is not None or queued.restart_all:
                     r.restart_all = True  # handles not at hand: restart every mark
                 else:
-                    r.also_seen = rules.coalesce(queued.handles, queued.also_seen, r.handles)
+                    r.also_seen = collection.coalesce(queued.handles, queued.also_seen, r.handles)
             self.queue[r.kind] = r
 
     @workflow.query(name="backlog")

@@ -7,6 +7,9 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
+with workflow.unsafe.imports_passed_through():
+    from reaper.core.contract import liveness_id
+
 WORKER_ATTR = SearchAttributeKey.for_keyword("ReaperWorker")
 STATE_ATTR = SearchAttributeKey.for_keyword("ReaperState")
 MISSING_ATTR = SearchAttributeKey.for_int("ReaperMissing")
@@ -22,11 +25,6 @@ RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
 )
 """Unlimited attempts: a Postgres outage delays work, never drops it (rule 8)."""
-
-
-def liveness_id(worker: str) -> str:
-    """Workflow id of a worker's liveness (CONTRACT.md §2)."""
-    return f"liveness-{worker}"
 
 
 def collector_id(worker: str) -> str:

@@ -14,7 +14,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView
-    from reaper.models import Timings
+    from reaper.core.models import Timings
     from workflows.common import ACTIVITY_TIMEOUT, RETRY
 
 FLEET_ID = "reaper-fleet"

@@ -21,24 +21,10 @@ with workflow.unsafe.imports_passed_through():
 
     from activities import ReaperActivities
     from activities.types import DrainChange, FleetView, StageChunk, WorkerStateChange
-    from reaper import rules
-    from reaper.models import (
-        KINDS,
-        CollectorInput,
-        GcStatusInput,
-        Heartbeat,
-        LivenessInput,
-        LivenessState,
-        ReapInput,
-        ReapResult,
-        ReasonInput,
-        Report,
-        ReportChunk,
-        Staging,
-        StateView,
-        Timings,
-        WorkerState,
-    )
+    from reaper.core.policy import collection, liveness
+    from reaper.core import protocol
+    from reaper.core.contract import KINDS, Heartbeat, ReasonInput, ReportChunk, StateView, WorkerState
+    from reaper.core.models import CollectorInput, GcStatusInput, LivenessInput, LivenessState, ReapInput, ReapResult, Report, Staging, Timings
     from workflows.collector import HandleCollector
     from workflows.common import (
         ACTIVITY_TIMEOUT,
@@ -101,14 +87,14 @@ class WorkerLiveness:
         if beat.worker != s.worker:
             self._reject(f"worker {beat.worker!r} sent to the liveness of {s.worker!r}")
             return
-        verdict = rules.fence(s.boot_id, s.last_seq, s.previous_boot_ids, beat.boot_id, beat.seq)
+        verdict = liveness.fence(s.boot_id, s.last_seq, s.previous_boot_ids, beat.boot_id, beat.seq)
         if not verdict.accepted:
             s.ignored += 1
             workflow.logger.debug("dropped %s beat seq=%s of %s", verdict.value, beat.seq, s.worker)
             return
         now = workflow.now()
-        if verdict is rules.Fence.new_boot:
-            s.previous_boot_ids = rules.remember_boot(s.previous_boot_ids, s.boot_id)
+        if verdict is liveness.Fence.new_boot:
+            s.previous_boot_ids = liveness.remember_boot(s.previous_boot_ids, s.boot_id)
             s.boot_id = beat.boot_id
         # A silence of STALL_AFTER is a stall even if the loop, busy with an activity, had no
         # chance to judge it (same boundary as the deadline timer, so a replay agrees).
@@ -137,7 +123,7 @@ class WorkerLiveness:
             handles = beat.report(kind)
             if handles is not None:
                 self._offer(Report(kind=kind, handles=handles, taken_at=now, boot_id=beat.boot_id,
-                                   digest=rules.report_digest(handles)), force=returned)
+                                   digest=protocol.report_digest(handles)), force=returned)
             elif beat.digests and kind in beat.digests:
                 # "Unchanged, and this is its digest": a complete report if the controller
                 # holds that very report; otherwise liveness only (the agent resends).
@@ -271,7 +257,7 @@ class WorkerLiveness:
         s, t = self.s, self._t()
         times = []
         if s.last_heartbeat_at is not None:
-            d = rules.next_deadline(s.last_heartbeat_at, s.state, t.stall_after, t.lost_after,
+            d = liveness.next_deadline(s.last_heartbeat_at, s.state, t.stall_after, t.lost_after,
                                     s.grace_until)
             if d is not None:
                 times.append(d)
@@ -318,7 +304,7 @@ class WorkerLiveness:
     def _on_deadline(self, deadline: datetime) -> None:
         s, t = self.s, self._t()
         now = workflow.now()
-        grace = rules.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
+        grace = liveness.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
         if grace is not None and s.state is not WorkerState.lost:
             # The timer fired late: the controller or Temporal was down, so the worker's
             # silence is no evidence (issue 3, rule 4). Give it STALL_AFTER to beat again.
@@ -334,7 +320,7 @@ class WorkerLiveness:
         if s.last_heartbeat_at is None:
             return
         now = workflow.now()
-        deadline = rules.next_deadline(s.last_heartbeat_at, s.state, t.stall_after, t.lost_after,
+        deadline = liveness.next_deadline(s.last_heartbeat_at, s.state, t.stall_after, t.lost_after,
                                        s.grace_until)
         if (deadline is not None and deadline < now
                 and workflow.patched("outage-grace-when-judged")):
@@ -342,7 +328,7 @@ class WorkerLiveness:
             # the controller was down across a continue-as-new, a signal that woke the loop
             # first): the same outage grace as a late timer (rule 4).
             self._on_deadline(deadline)
-        judged = rules.judge_liveness(s.last_heartbeat_at, now, t.stall_after, t.lost_after)
+        judged = liveness.judge_liveness(s.last_heartbeat_at, now, t.stall_after, t.lost_after)
         if judged is WorkerState.lost and s.grace_until is not None and now < s.grace_until:
             judged = WorkerState.stalled
         if _RANK[judged] <= _RANK[s.state]:
@@ -467,12 +453,12 @@ class WorkerLiveness:
             if queued.staged is not None or report.staged is not None or queued.restart_all:
                 report.restart_all = True   # handles not at hand: restart every mark
             else:
-                report.also_seen = rules.coalesce(queued.handles, queued.also_seen,
+                report.also_seen = collection.coalesce(queued.handles, queued.also_seen,
                                                   report.handles)
             s.pending[kind] = report
             return
         wanted = kind in s.wanted
-        decision = rules.should_forward(
+        decision = collection.should_forward(
             report.digest, s.forwarded_digest.get(kind), report.taken_at,
             # Half a heartbeat early: beats come at near-multiples of the interval, so the
             # decision never sits on a boundary that a replay could see a few ms apart.
@@ -545,7 +531,7 @@ class WorkerLiveness:
         """A plain report too large to keep in workflow state is staged like a chunked one."""
         s = self.s
         report_id = f"inline-{s.forwarded}-{report.digest[:12]}"
-        chunks = rules.chunk_handles(report.handles, INLINE_KEEP_BYTES)
+        chunks = protocol.chunk_handles(report.handles, INLINE_KEEP_BYTES)
         last = s.last_reports.get(report.kind)
         for i, part in enumerate(chunks):
             await workflow.execute_activity_method(
@@ -565,7 +551,7 @@ class WorkerLiveness:
             r = s.pending.get(kind)
             if r is None:
                 continue
-            if r.staged is None and rules.payload_bytes(r.handles) > INLINE_KEEP_BYTES:
+            if r.staged is None and protocol.payload_bytes(r.handles) > INLINE_KEEP_BYTES:
                 r = await self._stage_inline(r)
             if s.pending.get(kind) is not None and s.pending[kind].taken_at > r.taken_at:
                 continue  # superseded while staging: forward the newer one next round

@@ -12,7 +12,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import ReapRequest
-    from reaper.models import ReapInput, ReapResult
+    from reaper.core.models import ReapInput, ReapResult
     from workflows.common import ACTIVITY_TIMEOUT, RETRY, nudge
 
 

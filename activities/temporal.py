@@ -17,10 +17,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.db import CONNECT_DEADLINE_S, Unreachable
-from workflows.common import SEARCH_ATTRIBUTES
+from reaper.core.contract import DEFAULT_ADDRESS
 
 log = logging.getLogger("reaper.temporal")
-DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 
 async def connect(
@@ -60,9 +59,12 @@ _INDEXED = {
 
 
 async def ensure_search_attributes(
-    client: Client, keys: tuple[SearchAttributeKey, ...] = SEARCH_ATTRIBUTES
+    client: Client, keys: tuple[SearchAttributeKey, ...]
 ) -> list[str]:
     """Register the custom search attributes that are missing; returns the names added.
+
+    Args:
+        keys: the keys to register (``workflows.common.SEARCH_ATTRIBUTES``).
 
     An unregistered key makes every workflow task that upserts it fail (TEMPORAL.md).
     """

@@ -15,8 +15,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from reaper.models import KINDS
-from reaper.rules import chunk_handles, payload_bytes, report_digest
+import hashlib
+from collections.abc import Iterable
+
+from reaper.core.contract import KINDS
 
 INLINE_MAX_BYTES = 64 * 1024
 """Largest list sent inline; beyond it a report goes in chunks."""
@@ -75,3 +77,32 @@ def build_beats(
     main["seq"] = seq
     beats.append(main)
     return beats
+
+
+def report_digest(handles: Iterable[str]) -> str:
+    """A stable digest of a complete report: equal for the same set of handles in any order."""
+    h = hashlib.sha256()
+    for handle in sorted(set(handles)):
+        h.update(handle.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def payload_bytes(handles: list[str]) -> int:
+    """Approximate JSON size of a list of handles, in bytes (quotes and commas included)."""
+    return sum(len(h.encode()) + 3 for h in handles) + 2
+
+
+def chunk_handles(handles: list[str], max_bytes: int) -> list[list[str]]:
+    """Split a complete report into chunks of at most ``max_bytes`` JSON bytes each (at least
+    one chunk, possibly empty, so that an empty report is still a report)."""
+    chunks: list[list[str]] = [[]]
+    size = 2
+    for h in handles:
+        n = len(h.encode()) + 3
+        if chunks[-1] and size + n > max_bytes:
+            chunks.append([])
+            size = 2
+        chunks[-1].append(h)
+        size += n
+    return chunks

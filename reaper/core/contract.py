@@ -1,0 +1,195 @@
+"""The public contract (CONTRACT.md §2): names, ids and payloads that agents and operators use.
+
+This module is all an agent needs to speak to reaper; it imports nothing else of reaper and
+nothing of Temporal or Postgres. Every model crosses Temporal as JSON through
+``pydantic_data_converter``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+LIVENESS_WORKFLOW = "WorkerLiveness"
+"""Workflow type of a worker's liveness, started by signal-with-start with input
+``{"worker": "<name>"}``."""
+HEARTBEAT_SIGNAL = "heartbeat"
+FORCE_REAP_SIGNAL = "force_reap"
+DRAIN_SIGNAL = "drain"
+STATE_QUERY = "state"
+DEFAULT_TASK_QUEUE = "reaper"
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+"""The embedded dev server's frontend, the default of ``REAPER_TEMPORAL_ADDRESS``."""
+
+SEARCH_ATTRIBUTES: dict[str, str] = {
+    "ReaperWorker": "keyword",
+    "ReaperState": "keyword",
+    "ReaperMissing": "int",
+}
+"""Custom search attributes on every liveness workflow, name -> type (CONTRACT.md §2)."""
+
+
+def liveness_id(worker: str) -> str:
+    """Workflow id of a worker's liveness: ``liveness-{worker}`` (CONTRACT.md §2)."""
+    return f"liveness-{worker}"
+
+
+WORKER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
+"""A worker name: 1-253 characters of ``[A-Za-z0-9._:-]`` (CONTRACT.md section 2)."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+KINDS: tuple[str, ...] = ("containers", "volumes", "tasks")
+"""The kinds of handle a report carries, which are also the tables they live in."""
+
+Kind = Literal["containers", "volumes", "tasks"]
+
+
+def _check_worker(value: str) -> str:
+    if not WORKER_NAME.match(value):
+        raise ValueError("worker must be 1-253 characters of [A-Za-z0-9._:-]")
+    return value
+
+
+def _check_handle(value: str) -> str:
+    if not 1 <= len(value) <= 512:
+        raise ValueError("a handle is 1-512 characters")
+    if _CONTROL.search(value):
+        raise ValueError("a handle may not contain control characters")
+    return value
+
+
+def _check_boot_id(value: str) -> str:
+    if not 1 <= len(value) <= 128 or _CONTROL.search(value):
+        raise ValueError("boot_id must be 1-128 characters without control characters")
+    return value
+
+
+WorkerName = Annotated[str, AfterValidator(_check_worker)]
+Handle = Annotated[str, AfterValidator(_check_handle)]
+BootId = Annotated[str, AfterValidator(_check_boot_id)]
+
+
+class WorkerState(str, Enum):
+    """A worker's liveness state; names follow Kubernetes' node lifecycle (Ready/Unknown)."""
+
+    running = "running"
+    stalled = "stalled"
+    lost = "lost"
+
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check_digest(value: str) -> str:
+    if not _HEX64.match(value):
+        raise ValueError("a digest is 64 lowercase hex characters (sha256, reaper.core.protocol.report_digest)")
+    return value
+
+
+Digest = Annotated[str, AfterValidator(_check_digest)]
+
+MAX_CHUNKS = 10_000
+"""Most chunks one report may have (a 200,000-handle report needs about 50 of 128 KiB)."""
+
+
+class ReportChunk(BaseModel):
+    """Part ``index`` of ``count`` of one complete report (protocol extension, CONTRACT v1.1).
+
+    A report too large for one payload is sent as chunks, each in its own heartbeat (with its
+    own ``seq``). It counts as a complete report, taken when its first chunk arrived, only
+    once every chunk has arrived and the union's digest equals ``digest``; an incomplete
+    report (a chunk lost, the agent dead mid-report) never marks anything.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Kind
+    report_id: BootId
+    index: StrictInt = Field(ge=0)
+    count: StrictInt = Field(ge=1, le=MAX_CHUNKS)
+    digest: Digest
+    handles: list[Handle]
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> "ReportChunk":
+        if self.index >= self.count:
+            raise ValueError("chunk index must be less than count")
+        return self
+
+
+class Heartbeat(BaseModel):
+    """Signal ``heartbeat`` (CONTRACT.md section 2).
+
+    ``containers``/``volumes``/``tasks``: the COMPLETE list of handles of that kind the worker
+    holds now; ``None`` means "not reported in this beat" (liveness only), ``[]`` "none".
+    Unknown fields are ignored so that later protocol versions stay readable.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=False)
+
+    worker: WorkerName
+    boot_id: BootId
+    seq: StrictInt = Field(ge=0)
+    sent_at: datetime | None = None
+    containers: list[Handle] | None = None
+    volumes: list[Handle] | None = None
+    tasks: list[Handle] | None = None
+    digests: dict[Kind, Digest] | None = None
+    """Extension: "my complete list of this kind is unchanged and has this digest". Counts as
+    a complete report when it equals the digest of the last complete report the controller
+    holds (``state`` query ``report_digests``); otherwise it is liveness only."""
+    chunk: ReportChunk | None = None
+    """Extension: one chunk of a large complete report."""
+
+    def report(self, kind: str) -> list[str] | None:
+        """The complete list reported for ``kind`` (one of :data:`KINDS`), or ``None``."""
+        return getattr(self, kind)
+
+    @property
+    def is_complete_report(self) -> bool:
+        """True when at least one kind carries a complete list."""
+        return any(self.report(k) is not None for k in KINDS)
+
+
+class ReasonInput(BaseModel):
+    """Signals ``force_reap`` and ``drain``: ``{"reason": "text"}``; ``actor`` says who asked."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    reason: str = Field(default="", max_length=1000)
+    actor: str = Field(default="operator", max_length=200)
+
+
+class StateView(BaseModel):
+    """Query ``state`` (CONTRACT.md section 2); ``state`` is ``draining`` only in search attributes."""
+
+    worker: str
+    state: str
+    boot_id: str | None
+    last_seq: int | None
+    last_heartbeat_at: datetime | None
+    missing: int
+    assignments: list[str]
+    orphans: list[str]
+    draining: bool
+    state_since: datetime | None
+    rejected: int
+    last_rejection: str | None
+    ignored: int = 0
+    missing_by_kind: dict[str, int]
+    report_digests: dict[str, str] = Field(default_factory=dict)
+    """Per kind, digest of the last complete report the controller holds: an agent whose
+    own digest differs must send its complete list again (protocol extension)."""
+    orphans_by_kind: dict[str, list[str]] = Field(default_factory=dict)
+    """``orphans`` split by kind, so an agent removes each from the right place."""
+    pending_reports: int = 0
+    """Complete reports received but not yet handed to the collector."""
+    forwarded_reports: int = 0
+    """Complete reports handed to the collector so far."""
+
+

@@ -1,0 +1,119 @@
+"""Liveness policy: how a heartbeat is fenced, when a worker is running, stalled or lost.
+
+Pure functions over values (CONTRACT.md §2 and rules 4-6); ``workflows/liveness`` calls them.
+All times are timezone-aware UTC ``datetime``s; all durations are seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Iterable
+
+from reaper.core.contract import WorkerState
+
+MAX_REMEMBERED_BOOT_IDS = 16
+"""How many earlier boot ids a liveness remembers to refuse late beats from an old boot."""
+
+
+class Fence(str, Enum):
+    """Verdict on a heartbeat's ``(boot_id, seq)`` against what the liveness has seen."""
+
+    accept = "accept"
+    new_boot = "new-boot"
+    stale_seq = "stale-seq"
+    old_boot = "old-boot"
+
+    @property
+    def accepted(self) -> bool:
+        return self in (Fence.accept, Fence.new_boot)
+
+
+def fence(
+    current_boot_id: str | None,
+    last_seq: int,
+    previous_boot_ids: Iterable[str],
+    boot_id: str,
+    seq: int,
+) -> Fence:
+    """Decide whether a heartbeat is news (CONTRACT.md section 2, ``seq`` and ``boot_id``).
+
+    ``seq`` is strictly increasing within one boot id; a beat with an older or equal ``seq``
+    for the current boot, or from a boot id seen before the current one, changes nothing.
+    Any boot id never seen before is a new boot (boot ids are opaque, so "newer" can only
+    mean "not seen before"). ``sent_at`` and arrival order play no part.
+
+    Args:
+        current_boot_id: the boot id of the last accepted beat, ``None`` if none yet.
+        last_seq: ``seq`` of the last accepted beat (-1 if none).
+        previous_boot_ids: boot ids accepted before the current one.
+        boot_id, seq: the arriving beat's.
+    """
+    if boot_id == current_boot_id:
+        return Fence.accept if seq > last_seq else Fence.stale_seq
+    if boot_id in set(previous_boot_ids):
+        return Fence.old_boot
+    return Fence.new_boot
+
+
+def remember_boot(previous: list[str], old_boot_id: str | None) -> list[str]:
+    """The list of earlier boot ids after a new boot replaced ``old_boot_id`` (bounded)."""
+    if old_boot_id is None:
+        return previous
+    return ([*previous, old_boot_id])[-MAX_REMEMBERED_BOOT_IDS:]
+
+
+def judge_liveness(
+    last_heartbeat_at: datetime, now: datetime, stall_after: float, lost_after: float
+) -> WorkerState:
+    """The state a worker is in by the controller's clock alone.
+
+    ``running`` until ``stall_after`` seconds without a heartbeat, ``stalled`` until
+    ``lost_after``, then ``lost`` (CONTRACT.md section 1; Kubernetes: Ready, Unknown, evicted).
+    """
+    silent = (now - last_heartbeat_at).total_seconds()
+    if silent >= lost_after:
+        return WorkerState.lost
+    if silent >= stall_after:
+        return WorkerState.stalled
+    return WorkerState.running
+
+
+def next_deadline(
+    last_heartbeat_at: datetime,
+    state: WorkerState,
+    stall_after: float,
+    lost_after: float,
+    grace_until: datetime | None = None,
+) -> datetime | None:
+    """When the liveness must next look at the clock, or ``None`` if it need not.
+
+    ``running``: when it would stall; ``stalled``: when it would be lost, but never before
+    ``grace_until`` (an outage or a fleet recovery grants every worker a fresh period);
+    ``lost``: no deadline (only a heartbeat changes anything).
+    """
+    if state is WorkerState.running:
+        return last_heartbeat_at + timedelta(seconds=stall_after)
+    if state is WorkerState.stalled:
+        due = last_heartbeat_at + timedelta(seconds=lost_after)
+        if grace_until is not None and grace_until > due:
+            return grace_until
+        return due
+    return None
+
+
+def outage_grace(
+    deadline: datetime, now: datetime, heartbeat_interval: float, stall_after: float
+) -> datetime | None:
+    """A grace end if a deadline timer fired so late that the controller was not watching.
+
+    A timer that fires more than one heartbeat interval after its deadline means the
+    controller (or Temporal) was down: the worker's silence is then no evidence, since its
+    beats may have been refused. The worker gets ``stall_after`` seconds from now to beat
+    again before it can be reaped (issue 3, rule 4). Returns ``None`` when on time.
+    """
+    if (now - deadline).total_seconds() > heartbeat_interval:
+        return now + timedelta(seconds=stall_after)
+    return None
+
+

@@ -1,0 +1,30 @@
+"""Placement policy: where replacement tasks go (CONTRACT.md rule 5).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+
+def place(candidates: Mapping[str, int], count: int) -> list[str]:
+    """Pick workers for ``count`` new tasks, each on the one with the fewest running tasks.
+
+    Args:
+        candidates: healthy, non-draining worker name -> running (and pending) task count.
+        count: number of tasks to place.
+
+    Returns:
+        One worker name per task placed (fewer than ``count`` if there are no candidates);
+        ties go to the lexically smallest name so placement is deterministic.
+    """
+    load = dict(candidates)
+    chosen: list[str] = []
+    for _ in range(count):
+        if not load:
+            break
+        name = min(load, key=lambda w: (load[w], w))
+        chosen.append(name)
+        load[name] += 1
+    return chosen
+
+
