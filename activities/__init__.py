@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from activities.collect import CollectActivities
+from activities.collection import CollectionActivities
 from activities.liveness import LivenessActivities
 from activities.reap import ReapActivities
 from activities.staging import StagingActivities
 
 
-class ReaperActivities(LivenessActivities, CollectActivities, ReapActivities, StagingActivities):
+class ReaperActivities(LivenessActivities, CollectionActivities, ReapActivities, StagingActivities):
     """Every activity, bound to one asyncpg pool and the controller's settings."""
 
     def all(self) -> list[Callable[..., Any]]:

@@ -8,7 +8,7 @@ from typing import Iterable
 import asyncpg
 
 from activities.base import write_events
-from reaper.core.policy.placement import place
+from reaper.core.policy.placement import deficit, place
 
 REPLACEABLE_STOP_REASONS = ["worker-lost", "missing"]
 """Tasks that reaper took down, and so replaces; a task the user stopped is never replaced."""
@@ -55,8 +55,8 @@ async def backfill(
             " WHERE service = $1 AND state IN ('pending', 'running')",
             service,
         )
-        deficit = desired - active + pretend_gone.get(service, 0)
-        if deficit <= 0:
+        missing = deficit(desired, active, pretend_gone.get(service, 0))
+        if missing == 0:
             continue
         unreplaced = [
             r["id"]
@@ -79,8 +79,8 @@ async def backfill(
                 " WHERE w.state = 'running' AND NOT w.draining GROUP BY w.name"
             )
         }
-        chosen = place(candidates, deficit)
-        unplaced += deficit - len(chosen)
+        chosen = place(candidates, missing)
+        unplaced += missing - len(chosen)
         for i, worker in enumerate(chosen):
             replaces = unreplaced[i] if i < len(unreplaced) else None
             new_id = f"{service}-{uuid.uuid4().hex[:12]}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import asyncpg
 
@@ -12,31 +12,29 @@ from activities.base import ActivityBase, write_events
 from activities.placement import backfill
 from activities.types import ReapRequest
 from reaper.core.models import ReapResult
+from reaper.core.policy import fleet as fleet_policy
+from reaper.core.policy.fleet import Bucket
 
 
 async def take_reap_token(
     conn: asyncpg.Connection, at: datetime, rate: float, burst: int
 ) -> datetime | None:
-    """Take one token from the fleet-wide reap bucket; ``None`` if taken, else when to retry.
+    """Take one token from the fleet-wide reap bucket (``policy.fleet.take_reap_token``).
 
-    A token bucket of ``burst`` tokens refilled at ``rate`` per second (Kubernetes' node
-    eviction rate limiter). ``at`` is the controller's time, UTC. Runs in the caller's
-    transaction with the bucket row locked.
+    Runs in the caller's transaction with the bucket row locked. ``at`` is the controller's
+    time, UTC. Returns ``None`` if a token was taken, else when to retry.
     """
     row = await conn.fetchrow(
         "SELECT tokens, updated_at FROM reaper.reap_tokens WHERE id = 1 FOR UPDATE"
     )
-    tokens = float(burst) if row["tokens"] is None else row["tokens"]
-    if row["updated_at"] is not None:
-        elapsed = max((at - row["updated_at"]).total_seconds(), 0.0)
-        tokens = min(float(burst), tokens + elapsed * rate)
-    if tokens < 1.0:
-        return at + timedelta(seconds=(1.0 - tokens) / rate)
-    await conn.execute(
-        "UPDATE reaper.reap_tokens SET tokens = $1, updated_at = $2 WHERE id = 1",
-        tokens - 1.0, at,
-    )
-    return None
+    bucket = None if row["tokens"] is None else Bucket(row["tokens"], row["updated_at"])
+    taken, retry_at = fleet_policy.take_reap_token(bucket, at, rate, burst)
+    if taken is not None:
+        await conn.execute(
+            "UPDATE reaper.reap_tokens SET tokens = $1, updated_at = $2 WHERE id = 1",
+            taken.tokens, taken.updated_at,
+        )
+    return retry_at
 
 
 class ReapActivities(ActivityBase):
@@ -50,10 +48,10 @@ class ReapActivities(ActivityBase):
         an ``events`` row each carrying ``req.reason``), and each affected service is backfilled
         with replacement ``pending`` tasks on healthy, non-draining workers.
 
-        An automatic reap (``forced`` false) is refused while the fleet is in full disruption,
-        and while the worker has not yet been silent for ``lost_after`` seconds since the fleet
-        last recovered (every worker gets a fresh ``LOST_AFTER``); ``refused`` says why and
-        ``retry_at`` when to try again. A forced reap (operator) bypasses both.
+        Whether it may run is ``reaper.core.policy.fleet.may_reap`` (disruption, fresh
+        ``LOST_AFTER`` after a recovery), then the rate limit for automatic reaps;
+        ``refused`` says why not and ``retry_at`` when to try again. A forced reap
+        (operator) is refused only for an unknown worker.
 
         Idempotent: a retry finds no running task left and each service already at its count.
         """
@@ -61,24 +59,17 @@ class ReapActivities(ActivityBase):
             state = await conn.fetchval(
                 "SELECT state FROM reaper.workers WHERE name = $1 FOR UPDATE", req.worker
             )
-            if state is None:
-                return ReapResult(refused=f"unknown worker {req.worker!r}")
+            fleet = await conn.fetchrow("SELECT state, recovered_at FROM reaper.fleet WHERE id = 1")
+            verdict = fleet_policy.may_reap(
+                req.forced, state, fleet["state"], fleet["recovered_at"],
+                req.last_heartbeat_at, req.at, req.lost_after,
+            )
+            if not verdict.allowed:
+                refused = verdict.refused or "refused"
+                if state is None:
+                    refused = f"unknown worker {req.worker!r}"
+                return ReapResult(refused=refused, retry_at=verdict.retry_at)
             if not req.forced:
-                if state != "lost":
-                    return ReapResult(refused=f"worker is {state}, not lost")
-                fleet = await conn.fetchrow(
-                    "SELECT state, recovered_at FROM reaper.fleet WHERE id = 1"
-                )
-                if fleet["state"] == "full":
-                    return ReapResult(refused="fleet in full disruption")
-                recovered = fleet["recovered_at"]
-                last = req.last_heartbeat_at
-                if recovered is not None and (last is None or last < recovered):
-                    fresh_until = recovered + timedelta(seconds=req.lost_after)
-                    if req.at < fresh_until:
-                        return ReapResult(
-                            refused="fleet recovering: fresh LOST_AFTER", retry_at=fresh_until
-                        )
                 retry_at = await take_reap_token(
                     conn, req.at, self.settings.reap_rate, self.settings.reap_burst
                 )

@@ -1,5 +1,5 @@
 """Staging large reports: chunks land in ``reaper.report_chunks`` until the collector diffs
-them, so no Temporal payload holds a whole 100,000-handle report (issue 4)."""
+them, so no Temporal payload holds a whole 100,000-handle report."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class StagingActivities(ActivityBase):
                 inp.worker, inp.kind, inp.report_id,
             )
             if staged < inp.count:
-                return StageResult(staged=staged)
+                return StageResult(chunks_staged=staged)
             handles = await staged_handles(conn, inp.worker, inp.kind, inp.report_id) or []
             if report_digest(handles) != inp.digest:
                 await conn.execute(
@@ -65,5 +65,5 @@ class StagingActivities(ActivityBase):
                     " AND report_id = $3",
                     inp.worker, inp.kind, inp.report_id,
                 )
-                return StageResult(staged=0, complete=True, digest_ok=False)
-            return StageResult(staged=staged, complete=True)
+                return StageResult(chunks_staged=0, complete=True, digest_ok=False)
+            return StageResult(chunks_staged=staged, complete=True)

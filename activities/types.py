@@ -37,7 +37,7 @@ class FleetView(BaseModel):
     recovered_at: datetime | None = None
     marks_cleared: bool = False
     """Set by ``record_worker_state`` only: a return cleared the worker's marks (its ``missing``
-    counts are 0 until its next report). Added compatibly: results recorded before it decode."""
+    counts are 0 until its next report)."""
 
 
 class DrainChange(BaseModel):
@@ -57,7 +57,7 @@ class ReconcileInput(BaseModel):
     missing_ttl: float
     also_seen: list[str] = Field(default_factory=list)
     restart_all: bool = False
-    staged: str | None = None
+    staged_id: str | None = None
     """Diff against the chunks staged under this report id instead of ``handles``."""
     creating_timeout: float = 3600.0
     dry_run: bool = False
@@ -125,7 +125,9 @@ class StageChunk(BaseModel):
 
 
 class StageResult(BaseModel):
-    staged: int
+    """What :meth:`stage_chunk` found after storing one chunk."""
+
+    chunks_staged: int
     """Chunks of ``report_id`` present after this call."""
     complete: bool = False
     digest_ok: bool = True

@@ -5,7 +5,8 @@ clears returned ones), then destroys what has been missing for ``MISSING_TTL`` o
 evidence of that fresh report. Between reports it waits out the TTL with a durable timer;
 when one falls due it asks the liveness for the next report, so a destroy always follows a
 recheck against a report received after the TTL ran out (CONTRACT.md rule 4). Reports are
-processed one at a time, in order, so no destroy races a reconcile.
+processed one at a time, in order, so no destroy races a reconcile. The rules themselves are
+``reaper.core.policy.collection``'s.
 """
 
 from __future__ import annotations
@@ -18,12 +19,22 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import DestroyInput, ReconcileInput
-    from reaper.core.policy import collection
-    from reaper.core.contract import KINDS
-    from reaper.core.models import CollectorInput, GcStatusInput, KindStatus, Report
-    from workflows.common import ACTIVITY_TIMEOUT, RETRY, liveness_id, nudge, signal_quietly
-
-HISTORY_CAP = 8_000
+    from reaper.core.contract import KINDS, liveness_id
+    from reaper.core.models import (
+        CollectorInput,
+        CollectorState,
+        GcStatusInput,
+        KindStatus,
+        Report,
+        supersede,
+    )
+    from reaper.core.policy import collection as policy
+    from workflows.common import (
+        request_resync,
+        run_activity,
+        should_continue_as_new,
+        signal_quietly,
+    )
 
 
 @workflow.defn(name="HandleCollector")
@@ -33,45 +44,36 @@ class HandleCollector:
     @workflow.init
     def __init__(self, inp: CollectorInput) -> None:
         self.inp = inp
-        self.queue: dict[str, Report] = {}
-        self.due: dict[str, datetime] = dict(inp.due)
-        self.asked: set[str] = set()
-        self.sent: dict[str, GcStatusInput] = {}
+        self.gc = inp.carried or CollectorState()
         self.busy = False
-        self.processed = inp.processed
-        self.boots: dict[str, str] = dict(inp.boots)
-        self.suspects: dict[str, str] = {}
         self.report(inp.queued)
 
     @workflow.signal(name="report")
     def report(self, reports: list[Report]) -> None:
         """Queue complete reports; a newer report of a kind supersedes a queued older one."""
         for r in reports:
-            queued = self.queue.get(r.kind)
+            queued = self.gc.queue.get(r.kind)
             if queued is not None:
-                self.processed += 1  # superseded: counted as handled
+                self.gc.processed += 1  # superseded: counted as handled
                 if queued.taken_at > r.taken_at:
                     continue
-                if queued.staged is not None or r.staged is not None or queued.restart_all:
-                    r.restart_all = True  # handles not at hand: restart every mark
-                else:
-                    r.also_seen = collection.coalesce(queued.handles, queued.also_seen, r.handles)
-            self.queue[r.kind] = r
+                r = supersede(queued, r)
+            self.gc.queue[r.kind] = r
 
     @workflow.query(name="backlog")
     def backlog(self) -> int:
         """Reports queued or being processed (0 when the collector is idle)."""
-        return len(self.queue) + (1 if self.busy else 0)
+        return len(self.gc.queue) + (1 if self.busy else 0)
 
     @workflow.query(name="processed")
     def processed_reports(self) -> int:
         """Reports received and handled (reconciled, or superseded by a newer one)."""
-        return self.processed
+        return self.gc.processed
 
     @workflow.query(name="due")
     def due_times(self) -> dict[str, datetime]:
         """Per kind, when the oldest missing handle falls due (UTC)."""
-        return dict(self.due)
+        return dict(self.gc.due)
 
     @workflow.run
     async def run(self, inp: CollectorInput) -> None:
@@ -81,39 +83,33 @@ class HandleCollector:
             f"for {t.missing_ttl:g}s is destroyed (dry run: {t.dry_run})."
         )
         while True:
-            await self._wait()
+            await self._wait_for_report_or_due()
             for kind in KINDS:
-                report = self.queue.pop(kind, None)
+                report = self.gc.queue.pop(kind, None)
                 if report is not None:
                     self.busy = True
                     try:
                         await self._collect(report)
                     finally:
                         self.busy = False
-                        self.processed += 1
-            if self._should_continue_as_new() and not self.queue:
+                        self.gc.processed += 1
+            if should_continue_as_new() and not self.gc.queue:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
-                    CollectorInput(worker=inp.worker, timings=t,
-                                   queued=list(self.queue.values()), due=self.due,
-                                   processed=self.processed, boots=self.boots)
+                    CollectorInput(worker=inp.worker, timings=t, carried=self.gc)
                 )
 
-    def _should_continue_as_new(self) -> bool:
-        info = workflow.info()
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_CAP
-
-    async def _wait(self) -> None:
-        waiting = {k: d for k, d in self.due.items() if k not in self.asked}
+    async def _wait_for_report_or_due(self) -> None:
+        """Wait for a report, or until a kind falls due; then ask the liveness for a fresh one."""
+        waiting = {k: d for k, d in self.gc.due.items() if k not in self.gc.asked}
         if not waiting:
-            await workflow.wait_condition(lambda: bool(self.queue) or self._should_continue_as_new())
+            await workflow.wait_condition(lambda: bool(self.gc.queue) or should_continue_as_new())
             return
-        first = min(waiting.values())
-        timeout = (first - workflow.now()).total_seconds()
+        timeout = (min(waiting.values()) - workflow.now()).total_seconds()
         if timeout > 0:
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self.queue), timeout=timeout,
+                    lambda: bool(self.gc.queue), timeout=timeout,
                     timeout_summary=f"missing TTL: {', '.join(sorted(waiting))} due",
                 )
                 return
@@ -122,74 +118,78 @@ class HandleCollector:
         now = workflow.now()
         for kind, due in sorted(waiting.items()):
             if due <= now:
-                self.asked.add(kind)
+                self.gc.asked.append(kind)
                 await signal_quietly(liveness_id(self.inp.worker), "want_report", kind)
 
     async def _collect(self, r: Report) -> None:
+        """Reconcile one report; destroy what is due on its evidence; tell the liveness."""
         t, worker = self.inp.timings, self.inp.worker
         # A mass drop is believed when a second report confirms it, or when the worker
         # rebooted (a wiped agent legitimately holds nothing of its old boot).
-        rebooted = self.boots.get(r.kind) not in (None, r.boot_id)
-        confirmed = rebooted or self.suspects.get(r.kind) == r.digest
-        res = await workflow.execute_activity_method(
+        rebooted = self.gc.boots.get(r.kind) not in (None, r.boot_id)
+        confirmed = rebooted or self.gc.suspects.get(r.kind) == r.digest
+        res = await run_activity(
             ReaperActivities.reconcile_report,
             ReconcileInput(worker=worker, kind=r.kind, handles=r.handles, taken_at=r.taken_at,
                            missing_ttl=t.missing_ttl, also_seen=r.also_seen,
-                           restart_all=r.restart_all, staged=r.staged,
+                           restart_all=r.restart_all, staged_id=r.staged_id,
                            creating_timeout=t.creating_timeout, dry_run=t.dry_run,
                            confirmed=confirmed, max_drop_fraction=t.max_drop_fraction,
                            suspect_min_handles=t.suspect_min_handles),
-            start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
-            summary=(f"reconcile staged {r.kind} report {r.staged}" if r.staged
+            summary=(f"reconcile staged {r.kind} report {r.staged_id}" if r.staged_id
                      else f"reconcile {len(r.handles)} {r.kind}"),
         )
         if res.skipped is not None:
             workflow.logger.info("report of %s %s skipped: %s", worker, r.kind, res.skipped)
             return
-        self.boots[r.kind] = r.boot_id
+        self.gc.boots[r.kind] = r.boot_id
         if res.suspect is not None:
             workflow.logger.warning("report of %s %s not trusted yet: %s", worker, r.kind,
                                     res.suspect)
-            self.suspects[r.kind] = r.digest
+            self.gc.suspects[r.kind] = r.digest
             await signal_quietly(liveness_id(worker), "want_report", r.kind)
         else:
-            self.suspects.pop(r.kind, None)
+            self.gc.suspects.pop(r.kind, None)
         status = res.status
-        if status.next_due is not None and r.taken_at >= status.next_due:
-            done = await workflow.execute_activity_method(
-                ReaperActivities.destroy_missing,
-                DestroyInput(worker=worker, kind=r.kind,
-                             cutoff=r.taken_at - timedelta(seconds=t.missing_ttl),
-                             missing_ttl=t.missing_ttl, dry_run=t.dry_run),
-                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
-                summary=f"destroy {r.kind} missing for {t.missing_ttl:g}s",
-            )
-            if done.refused is None:
-                status = KindStatus(missing=done.status.missing, next_due=done.status.next_due,
-                                    orphans=status.orphans)
-                for target in sorted({w for _, w in done.replacements}):
-                    await nudge(target)
-            else:
-                # Stalled, lost or a disrupted fleet: look again after STALL_AFTER, not at
-                # every beat.
-                workflow.logger.info("destroy on %s refused: %s", worker, done.refused)
-                later = workflow.now() + timedelta(seconds=t.stall_after)
-                status = KindStatus(missing=status.missing, orphans=status.orphans,
-                                    next_due=max(status.next_due, later))
+        if policy.is_due(status.next_due, r.taken_at):
+            status = await self._destroy_due(r, status)
         self._set_due(r.kind, status.next_due)
         await self._report_status(GcStatusInput(kind=r.kind, status=status,
                                                 assignments=res.assignments))
 
+    async def _destroy_due(self, r: Report, status: KindStatus) -> KindStatus:
+        """Destroy the rows of ``r.kind`` due on the evidence of report ``r`` (rule 4)."""
+        t, worker = self.inp.timings, self.inp.worker
+        done = await run_activity(
+            ReaperActivities.destroy_missing,
+            DestroyInput(worker=worker, kind=r.kind,
+                         cutoff=policy.destroy_cutoff(r.taken_at, t.missing_ttl),
+                         missing_ttl=t.missing_ttl, dry_run=t.dry_run),
+            summary=f"destroy {r.kind} missing for {t.missing_ttl:g}s",
+        )
+        if done.refused is not None:
+            # Stalled, lost or a disrupted fleet: look again after STALL_AFTER, not at
+            # every beat.
+            workflow.logger.info("destroy on %s refused: %s", worker, done.refused)
+            later = workflow.now() + timedelta(seconds=t.stall_after)
+            assert status.next_due is not None
+            return KindStatus(missing=status.missing, orphans=status.orphans,
+                              next_due=max(status.next_due, later))
+        for target in sorted({w for _, w in done.replacements}):
+            await request_resync(target)
+        return KindStatus(missing=done.status.missing, next_due=done.status.next_due,
+                          orphans=status.orphans)
+
     def _set_due(self, kind: str, due: datetime | None) -> None:
-        self.asked.discard(kind)
+        if kind in self.gc.asked:
+            self.gc.asked.remove(kind)
         if due is None:
-            self.due.pop(kind, None)
+            self.gc.due.pop(kind, None)
         else:
-            self.due[kind] = due
+            self.gc.due[kind] = due
 
     async def _report_status(self, update: GcStatusInput) -> None:
-        if self.sent.get(update.kind) == update:
+        if self.gc.sent.get(update.kind) == update:
             return
-        self.sent[update.kind] = update
+        self.gc.sent[update.kind] = update
         await signal_quietly(liveness_id(self.inp.worker), "gc_status", update)
-

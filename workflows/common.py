@@ -1,13 +1,15 @@
-"""Names, ids, search attributes and activity options shared by the workflows."""
+"""What the workflows share: ids, search attributes, activity options, continue-as-new, signals."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, Awaitable, Callable, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
+    from reaper.core.contract import SEARCH_ATTRIBUTES as ATTRIBUTE_TYPES
     from reaper.core.contract import liveness_id
 
 WORKER_ATTR = SearchAttributeKey.for_keyword("ReaperWorker")
@@ -15,6 +17,7 @@ STATE_ATTR = SearchAttributeKey.for_keyword("ReaperState")
 MISSING_ATTR = SearchAttributeKey.for_int("ReaperMissing")
 SEARCH_ATTRIBUTES = (WORKER_ATTR, STATE_ATTR, MISSING_ATTR)
 """Registered on every server reaper uses (CONTRACT.md §2)."""
+assert {k.name for k in SEARCH_ATTRIBUTES} == set(ATTRIBUTE_TYPES)
 
 ACTIVITY_TIMEOUT = timedelta(seconds=15)
 """Short, so that work interrupted by a controller crash resumes within 30 s (rule 8)."""
@@ -25,6 +28,40 @@ RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
 )
 """Unlimited attempts: a Postgres outage delays work, never drops it (rule 8)."""
+
+HISTORY_CAP = 8_000
+"""Continue-as-new at this many events even if the server has not suggested it yet, so no
+run nears Temporal's hard limit of 51,200 events (TEMPORAL.md)."""
+
+R = TypeVar("R")
+
+
+def start_activity(
+    method: Callable[[Any, Any], Awaitable[R]], arg: Any, *, summary: str
+) -> workflow.ActivityHandle[R]:
+    """Start one of reaper's activities with the shared timeout and unlimited retries.
+
+    Args:
+        method: an unbound method of ``activities.ReaperActivities`` taking one input.
+        arg: its input model.
+        summary: the label shown in the Web UI.
+    """
+    return workflow.start_activity_method(
+        method, arg, start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY, summary=summary
+    )
+
+
+async def run_activity(
+    method: Callable[[Any, Any], Awaitable[R]], arg: Any, *, summary: str
+) -> R:
+    """Run one of reaper's activities to completion (see :func:`start_activity`)."""
+    return await start_activity(method, arg, summary=summary)
+
+
+def should_continue_as_new() -> bool:
+    """Whether this run's history is long enough to hand its state to a new run."""
+    info = workflow.info()
+    return info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_CAP
 
 
 def collector_id(worker: str) -> str:
@@ -37,8 +74,9 @@ def reap_id(worker: str, n: int) -> str:
     return f"reap-{worker}-{n}"
 
 
-async def nudge(worker: str) -> None:
-    """Tell a worker's liveness that Postgres changed for it (a task was placed on it)."""
+async def request_resync(worker: str) -> None:
+    """Tell a worker's liveness that Postgres changed for it (a task was placed on it), so its
+    next reports are reconciled even if unchanged. Signal ``nudge`` (an internal name)."""
     await signal_quietly(liveness_id(worker), "nudge", None)
 
 

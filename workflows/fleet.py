@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView
     from reaper.core.models import Timings
-    from workflows.common import ACTIVITY_TIMEOUT, RETRY
+    from workflows.common import run_activity, should_continue_as_new
 
 FLEET_ID = "reaper-fleet"
 """Workflow id of the fleet monitor; started (or found running) by every controller."""
@@ -36,11 +36,8 @@ class FleetMonitor:
     @workflow.run
     async def run(self, timings: Timings) -> None:
         while True:
-            view = await workflow.execute_activity_method(
-                ReaperActivities.fleet_status, workflow.now(),
-                start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
-                summary="read fleet disruption state",
-            )
+            view = await run_activity(ReaperActivities.fleet_status, workflow.now(),
+                                      summary="read fleet disruption state")
             if self.view is None or (view.state, view.healthy, view.unhealthy) != (
                 self.view.state, self.view.healthy, self.view.unhealthy
             ):
@@ -53,7 +50,7 @@ class FleetMonitor:
                 workflow.upsert_memo({"fleet_state": view.state, "healthy": view.healthy,
                                       "unhealthy": view.unhealthy})
             self.view = view
-            if workflow.info().is_continue_as_new_suggested():
+            if should_continue_as_new():
                 workflow.continue_as_new(timings)
             await workflow.sleep(timedelta(seconds=timings.heartbeat_interval),
                                  summary="next fleet check")

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import ReapRequest
     from reaper.core.models import ReapInput, ReapResult
-    from workflows.common import ACTIVITY_TIMEOUT, RETRY, nudge
+    from workflows.common import request_resync, run_activity
 
 
 @workflow.defn(name="WorkerReap")
@@ -22,14 +22,13 @@ class WorkerReap:
 
     @workflow.run
     async def run(self, inp: ReapInput) -> ReapResult:
-        result: ReapResult = await workflow.execute_activity_method(
+        result: ReapResult = await run_activity(
             ReaperActivities.reap_worker,
             ReapRequest(worker=inp.worker, reason=inp.reason, actor=inp.actor,
                         forced=inp.forced, lost_after=inp.lost_after, at=workflow.now(),
                         last_heartbeat_at=inp.last_heartbeat_at, dry_run=inp.dry_run),
-            start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY,
             summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",
         )
         for target in sorted({w for _, w in result.replacements}):
-            await nudge(target)
+            await request_resync(target)
         return result

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     scheduler inserted for a worker that never had them get marked (seconds)."""
     dry_run: bool = False
     """Record what would be marked, destroyed and reaped (``would-`` events); change no
-    container, volume or task (issue 3, rule 7)."""
+    container, volume or task."""
     max_drop_fraction: float = 0.5
     """A complete report that drops more than this fraction of a worker's handles of a kind
     at once (same boot id) marks nothing until the next report confirms it."""

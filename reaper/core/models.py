@@ -11,6 +11,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from reaper.core.contract import Kind, ReasonInput, WorkerState
+from reaper.core.policy.collection import coalesce
 
 
 class LivenessInput(BaseModel):
@@ -55,7 +56,7 @@ class Report(BaseModel):
     """Controller time (UTC) at which the heartbeat carrying the report was received."""
     boot_id: str
     digest: str = ""
-    staged: str | None = None
+    staged_id: str | None = None
     """Report id whose chunks are staged in ``reaper.report_chunks``; ``handles`` is then
     empty and the collector diffs against the staged rows."""
     also_seen: list[str] = Field(default_factory=list)
@@ -64,6 +65,20 @@ class Report(BaseModel):
     restart_all: bool = False
     """A superseded report was staged (its handles are not at hand): restart every mark of
     this kind, the safe side of ``also_seen``."""
+
+
+def supersede(older: Report, newer: Report) -> Report:
+    """``newer`` carrying what an unreconciled ``older`` report of its kind saw (rule 4).
+
+    Only the latest complete report needs diffing, but handles that ``older`` held were
+    seen after any mark they had: their clocks restart (``also_seen``; every mark when the
+    handles are not at hand because either report is staged).
+    """
+    if older.staged_id is not None or newer.staged_id is not None or older.restart_all:
+        return newer.model_copy(update={"restart_all": True})
+    return newer.model_copy(
+        update={"also_seen": coalesce(older.handles, older.also_seen, newer.handles)}
+    )
 
 
 class GcStatusInput(BaseModel):
@@ -75,68 +90,88 @@ class GcStatusInput(BaseModel):
 
 
 class Staging(BaseModel):
-    """A chunked report being received: which chunks are staged in Postgres."""
+    """A chunked report being received: how many of its chunks are staged in Postgres."""
 
     report_id: str
     count: int
     digest: str
     taken_at: datetime
     boot_id: str
-    staged: int = 0
+    chunks_staged: int = 0
 
 
 class LivenessState(BaseModel):
     """All state of one ``WorkerLiveness`` run: the value handed over at continue-as-new."""
 
     worker: str
+    timings: Timings | None = None
+    # -- liveness (policy.liveness) --
     state: WorkerState = WorkerState.running
     state_since: datetime | None = None
-    draining: bool = False
-    drain_reason: str | None = None
     boot_id: str | None = None
     last_seq: int = -1
     last_heartbeat_at: datetime | None = None
     previous_boot_ids: list[str] = Field(default_factory=list)
-    registered: bool = False
-    """The ``workers`` row exists (written by the first ``record_worker_state``)."""
-    recorded_state: WorkerState | None = None
-    """The state last written to Postgres; differs from ``state`` while a write is pending."""
     returned_at: datetime | None = None
     """UTC time of the worker's latest return to ``running`` after ``STALL_AFTER`` or more of
     silence (judged or not): reports taken before it never decide (CONTRACT.md rule 4)."""
+    grace_until: datetime | None = None
+    """No ``lost`` before this time (set after an outage of the controller)."""
+    # -- what Postgres holds --
+    recorded_state: WorkerState | None = None
+    """The state last written to Postgres; differs from ``state`` while a write is pending."""
     recorded_return: datetime | None = None
     """The ``returned_at`` last written to Postgres (its marks cleared as of that return)."""
-    grace_until: datetime | None = None
-    """No reap before this time (set after an outage or a fleet recovery)."""
+    draining: bool = False
+    drain_reason: str | None = None
+    # -- reaping --
     reaps: int = 0
     """Reaps started so far; the next reap child is ``reap-{worker}-{reaps + 1}``."""
-    reap_pending: ReasonInput | None = None
-    reaped_boot_id: str | None = None
-    """The boot id the worker had when it was last reaped."""
-    pending: dict[str, Report] = Field(default_factory=dict)
-    """Latest unforwarded complete report per kind."""
+    reap_request: ReasonInput | None = None
+    """A reap to run (the worker is lost, or an operator forced it), until it is done."""
+    reap_forced: bool = False
+    reap_retry_at: datetime | None = None
+    # -- reports (workflows.intake) --
+    unforwarded: dict[str, Report] = Field(default_factory=dict)
+    """Per kind, the latest complete report not yet handed to the collector."""
     forwarded_digest: dict[str, str] = Field(default_factory=dict)
     forwarded_at: dict[str, datetime] = Field(default_factory=dict)
     wanted: list[str] = Field(default_factory=list)
     """Kinds whose next complete report goes to the collector even if unchanged (a TTL fell
-    due, or a nudge after a placement)."""
-    reap_forced: bool = False
-    reap_retry_at: datetime | None = None
-    status: dict[str, KindStatus] = Field(default_factory=dict)
+    due, or Postgres changed for this worker)."""
+    last_reports: dict[str, Report] = Field(default_factory=dict)
+    """Per kind, the last complete report received (handles kept only for small reports;
+    large ones by their staged id): what a digest-only beat refers to."""
+    staging: dict[str, Staging] = Field(default_factory=dict)
+    collector_started: bool = False
+    forwarded: int = 0
+    """Reports handed to the collector so far."""
+    # -- what the collector found, shown by the ``state`` query --
+    collected: dict[str, KindStatus] = Field(default_factory=dict)
     assignments: list[str] = Field(default_factory=list)
     rejected: int = 0
     last_rejection: str | None = None
     ignored: int = 0
     """Well-formed beats dropped by the fence (duplicate, late, or from an older boot)."""
-    collector_started: bool = False
-    forwarded: int = 0
-    """Reports handed to the collector so far."""
-    timings: Timings | None = None
-    fleet_recovered_at: datetime | None = None
-    last_reports: dict[str, Report] = Field(default_factory=dict)
-    """Per kind, the last complete report received (handles kept only for small reports;
-    large ones by their staged id): what a digest-only beat refers to."""
-    staging: dict[str, "Staging"] = Field(default_factory=dict)
+
+
+class CollectorState(BaseModel):
+    """All state of one ``HandleCollector`` run: the value handed over at continue-as-new."""
+
+    queue: dict[str, Report] = Field(default_factory=dict)
+    """Per kind, the next report to reconcile (a newer one supersedes it)."""
+    due: dict[str, datetime] = Field(default_factory=dict)
+    """Per kind, when the oldest missing handle falls due (UTC)."""
+    asked: list[str] = Field(default_factory=list)
+    """Kinds due whose fresh report the collector has asked the liveness for."""
+    processed: int = 0
+    """Reports handled: reconciled, or superseded by a newer one."""
+    boots: dict[str, str] = Field(default_factory=dict)
+    """Per kind, the boot id of the last reconciled report."""
+    suspects: dict[str, str] = Field(default_factory=dict)
+    """Per kind, the digest of a report held back as a mass drop, until confirmed."""
+    sent: dict[str, GcStatusInput] = Field(default_factory=dict)
+    """Per kind, the status last signalled to the liveness (sent again only when changed)."""
 
 
 class CollectorInput(BaseModel):
@@ -145,11 +180,9 @@ class CollectorInput(BaseModel):
     worker: str
     timings: Timings
     queued: list[Report] = Field(default_factory=list)
-    due: dict[str, datetime] = Field(default_factory=dict)
-    processed: int = 0
-    """Reports reconciled by earlier runs (carried across continue-as-new)."""
-    boots: dict[str, str] = Field(default_factory=dict)
-    """Per kind, the boot id of the last reconciled report."""
+    """Reports to reconcile first (the liveness's first forward)."""
+    carried: CollectorState | None = None
+    """The previous run's state, at continue-as-new."""
 
 
 class ReapInput(BaseModel):

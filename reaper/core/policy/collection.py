@@ -1,13 +1,203 @@
 """Collection policy: what a complete report marks and clears, and when a handle is destroyed.
 
-CONTRACT.md rules 1-4, after Concourse's ``atc/gc`` (mark ``missing_since``, wait out the TTL,
-recheck, destroy). Pure functions; times are UTC ``datetime``s, durations seconds.
+CONTRACT.md §4 rules 1-4, after Concourse's ``atc/gc`` (mark ``missing_since``, wait out the
+TTL, recheck, destroy). The whole answer to "when is a handle destroyed?" is
+:func:`report_decides` (may this report decide anything?), :func:`row_verdict` (what it does
+to one row) and :func:`may_destroy` (is a marked row due, on this report's evidence?). The
+activities run the same rules as set-based SQL guards (``activities/collection.py``), and a
+property test checks that the two agree on random rows.
+
+Pure functions over values; times are timezone-aware UTC ``datetime``s, durations seconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import Enum
+
+from reaper.core.contract import WorkerState
+
+MARKABLE: dict[str, tuple[str, ...]] = {
+    "containers": ("created", "destroying"),
+    "volumes": ("created", "destroying"),
+    "tasks": ("running",),
+}
+"""Row states that may be marked missing, per kind (rule 2: never ``creating``, never a
+``pending`` task, which its worker has not started yet)."""
+
+
+class RowVerdict(str, Enum):
+    """What one complete report does to one of its worker's rows (rules 1-3)."""
+
+    mark = "mark"
+    """Absent from the report, markable, not marked yet: ``missing_since`` = ``taken_at``."""
+    clear = "clear"
+    """Present in the report and marked: ``missing_since`` cleared."""
+    keep = "keep"
+    """Nothing to write (rule 3: ``missing_since`` is written only when it changes)."""
+
+
+def report_decides(
+    worker_state: WorkerState | str | None,
+    state_since: datetime | None,
+    taken_at: datetime,
+) -> str | None:
+    """Whether a complete report may mark, clear or destroy anything; ``None`` if it may.
+
+    Rule 1: only a ``running`` worker's report decides. Rule 4: time stalled or lost does
+    not count, so a report taken before the worker's latest return to ``running``
+    (``state_since``) never decides; the first report after the return does.
+
+    Args:
+        worker_state: the worker's recorded state (``None``: unknown worker).
+        state_since: when it entered that state (UTC), ``None`` if unknown.
+        taken_at: when the controller received the report (UTC).
+
+    Returns:
+        ``None`` if the report decides, else the reason it is skipped.
+    """
+    state = WorkerState(worker_state) if worker_state is not None else None
+    if state is not WorkerState.running:
+        return f"worker is {state.value if state else 'unknown'}"
+    if state_since is not None and taken_at < state_since:
+        return f"report taken before the return at {state_since.isoformat()}"
+    return None
+
+
+def row_verdict(
+    kind: str,
+    row_state: str,
+    state_changed_at: datetime,
+    marked: bool,
+    in_report: bool,
+    taken_at: datetime,
+) -> RowVerdict:
+    """What a deciding complete report does to one row of its worker (rules 2 and 3).
+
+    Args:
+        kind: ``containers``, ``volumes`` or ``tasks``.
+        row_state: the row's ``state``.
+        state_changed_at: when the row's state last changed (UTC).
+        marked: the row has a ``missing_since``.
+        in_report: the report lists the row's handle.
+        taken_at: when the report was received (UTC).
+
+    A reported row is cleared if marked. An absent row is marked only if its state is
+    markable and was set no later than ``taken_at`` (a row created or changed after the
+    report was taken is not marked on its account: the report could not have known it).
+    """
+    if in_report:
+        return RowVerdict.clear if marked else RowVerdict.keep
+    if marked or row_state not in MARKABLE[kind] or state_changed_at > taken_at:
+        return RowVerdict.keep
+    return RowVerdict.mark
+
+
+def mass_drop_held(
+    newly_missing: int,
+    held: int,
+    max_drop_fraction: float,
+    suspect_min_handles: int,
+    confirmed: bool,
+) -> bool:
+    """Whether a report drops so many handles at once that it marks nothing yet.
+
+    A worker whose agent lost its view (a bad mount, a crashed runtime) reports nothing
+    while still holding everything; believing it would destroy all of it after one TTL
+    (Concourse #2588's "volume not found" in reverse). The drop is believed once a second
+    report confirms it, or when the worker rebooted (``confirmed``).
+
+    Args:
+        newly_missing: rows this report would mark.
+        held: the worker's markable rows of the kind before the report.
+        max_drop_fraction: ``REAPER_MAX_DROP_FRACTION`` (default 0.5).
+        suspect_min_handles: ``REAPER_SUSPECT_MIN_HANDLES`` (default 10); smaller holdings
+            are never held back.
+        confirmed: a second report with the same digest, or a new boot id, confirmed it.
+    """
+    if confirmed or held < suspect_min_handles:
+        return False
+    return newly_missing > max_drop_fraction * held
+
+
+def destroy_cutoff(taken_at: datetime, missing_ttl: float) -> datetime:
+    """Rows marked at or before this time are due on the evidence of a report ``taken_at``."""
+    return taken_at - timedelta(seconds=missing_ttl)
+
+
+def may_destroy(
+    kind: str,
+    row_state: str,
+    missing_since: datetime | None,
+    taken_at: datetime,
+    missing_ttl: float,
+    worker_state: WorkerState | str | None,
+    fleet_full: bool,
+) -> bool:
+    """Whether a marked row is destroyed on the evidence of a report just reconciled (rule 4).
+
+    Destroyed (container or volume row deleted; task ``stopped`` with ``stop_reason``
+    ``missing``) only if: the row is still markable (a row that moved to ``creating`` is
+    left alone), it has been missing for at least ``missing_ttl`` by the report's time
+    (every complete report since ``missing_since``, including this one, lacked it: any
+    report that held it cleared the mark), the worker is ``running`` (rule 4: never on a
+    stalled or lost worker's account), and the fleet is not in full disruption (rule 6).
+
+    Args:
+        missing_since: the row's mark (UTC), ``None`` if unmarked.
+        taken_at: receive time (UTC) of the report just reconciled, which lacked the row.
+        missing_ttl: ``REAPER_MISSING_TTL`` in seconds.
+        worker_state: the worker's recorded state.
+        fleet_full: the fleet is in full disruption.
+    """
+    if missing_since is None or row_state not in MARKABLE[kind]:
+        return False
+    if destroy_refused(worker_state, fleet_full) is not None:
+        return False
+    return missing_since <= destroy_cutoff(taken_at, missing_ttl)
+
+
+def destroy_refused(worker_state: WorkerState | str | None, fleet_full: bool) -> str | None:
+    """Why nothing of a worker may be destroyed now, or ``None`` if it may (rules 4 and 6).
+
+    A stalled or lost worker's handles are never destroyed on account of missing reports,
+    and nothing is destroyed automatically while the fleet is in full disruption.
+    """
+    state = WorkerState(worker_state) if worker_state is not None else None
+    if state is not WorkerState.running:
+        return f"worker is {state.value if state else 'unknown'}"
+    if fleet_full:
+        return "fleet in full disruption"
+    return None
+
+
+def is_due(next_due: datetime | None, taken_at: datetime) -> bool:
+    """Whether a report taken at ``taken_at`` may destroy: the kind's oldest mark is due.
+
+    The destroy then runs on that report's evidence (a recheck after the TTL, rule 4).
+    """
+    return next_due is not None and taken_at >= next_due
+
+
+def next_due(oldest_mark: datetime | None, missing_ttl: float) -> datetime | None:
+    """When the oldest marked row of a kind falls due (UTC), ``None`` if none is marked."""
+    if oldest_mark is None:
+        return None
+    return oldest_mark + timedelta(seconds=missing_ttl)
+
+
+def stuck_creating(row_state: str, state_changed_at: datetime, now: datetime,
+                   creating_timeout: float, fleet_full: bool) -> bool:
+    """Whether a row left in ``creating`` is collected: its creator crashed.
+
+    A row ``creating`` for ``REAPER_CREATING_TIMEOUT`` seconds or more is deleted with an
+    ``events`` row (reason ``creating-timeout``), except in full disruption (rule 6).
+    Concourse fails containers stuck in ``creating`` the same way.
+    """
+    if row_state != "creating" or fleet_full:
+        return False
+    return state_changed_at <= now - timedelta(seconds=creating_timeout)
 
 
 @dataclass(frozen=True)
@@ -31,7 +221,8 @@ def should_forward(
     A changed report always does; an unchanged one only when the collector asked for a
     fresh report (a TTL fell due: destroy only on a report received after it) or when
     ``resync_interval`` seconds passed since the last one (rows the scheduler added since
-    must be diffed too). Otherwise an unchanged report costs no database round trip.
+    must be diffed too, CONTRACT.md §5.3). Otherwise an unchanged report costs no database
+    round trip.
     """
     if forwarded_digest is None or digest != forwarded_digest:
         return ForwardDecision(True, "changed")
@@ -43,16 +234,14 @@ def should_forward(
 
 
 def coalesce(older_handles: list[str], older_also_seen: list[str], newer: list[str]) -> list[str]:
-    # (callers handle staged reports, whose handles are not at hand, with ``restart_all``)
     """The ``also_seen`` of a report that supersedes an unreconciled older one.
 
     Reports are complete lists, so only the latest needs diffing, except that a handle the
     older report held and the newer lacks was still seen after its mark: rule 4 wants every
     complete report since ``missing_since`` to lack a handle before it is destroyed, so its
     clock must restart. Returns the handles seen in the older report(s) but not in
-    ``newer``, sorted.
+    ``newer``, sorted. (Staged reports, whose handles are not at hand, restart every mark
+    instead: ``Report.restart_all``.)
     """
     keep = set(newer)
     return sorted({*older_handles, *older_also_seen} - keep)
-
-

@@ -63,6 +63,10 @@ def remember_boot(previous: list[str], old_boot_id: str | None) -> list[str]:
     return ([*previous, old_boot_id])[-MAX_REMEMBERED_BOOT_IDS:]
 
 
+RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2}
+"""Order of the liveness states: the clock only moves a worker up this order."""
+
+
 def judge_liveness(
     last_heartbeat_at: datetime, now: datetime, stall_after: float, lost_after: float
 ) -> WorkerState:
@@ -110,10 +114,72 @@ def outage_grace(
     A timer that fires more than one heartbeat interval after its deadline means the
     controller (or Temporal) was down: the worker's silence is then no evidence, since its
     beats may have been refused. The worker gets ``stall_after`` seconds from now to beat
-    again before it can be reaped (issue 3, rule 4). Returns ``None`` when on time.
+    again before it can be reaped (CONTRACT.md rule 8: a restart never reaps a live worker).
+    Returns ``None`` when on time.
     """
     if (now - deadline).total_seconds() > heartbeat_interval:
         return now + timedelta(seconds=stall_after)
     return None
 
 
+
+
+def transition(
+    current: WorkerState,
+    last_heartbeat_at: datetime,
+    now: datetime,
+    stall_after: float,
+    lost_after: float,
+    grace_until: datetime | None = None,
+) -> WorkerState | None:
+    """The liveness transition the clock calls for now, or ``None`` if none.
+
+    The central decision of "when is a worker lost?": ``running`` -> ``stalled`` after
+    ``stall_after`` seconds of silence, -> ``lost`` after ``lost_after`` (Kubernetes' node
+    lifecycle: Ready -> Unknown -> evicted), never ``lost`` before ``grace_until`` (an outage
+    of the controller or a fleet recovery granted a fresh period), and never backwards: only
+    a heartbeat (:func:`is_return`) brings a worker back to ``running``.
+
+    Args:
+        current: the state the liveness holds.
+        last_heartbeat_at: the last accepted beat (controller's clock, UTC).
+        now: the controller's clock (UTC).
+        stall_after, lost_after: ``REAPER_STALL_AFTER``, ``REAPER_LOST_AFTER`` in seconds.
+        grace_until: no ``lost`` before this time (UTC), if set.
+    """
+    judged = judge_liveness(last_heartbeat_at, now, stall_after, lost_after)
+    if judged is WorkerState.lost and grace_until is not None and now < grace_until:
+        judged = WorkerState.stalled
+    if RANK[judged] <= RANK[current]:
+        return None
+    return judged
+
+
+def is_return(
+    current: WorkerState,
+    last_heartbeat_at: datetime | None,
+    now: datetime,
+    stall_after: float,
+    forced_reap_pending: bool,
+) -> bool:
+    """Whether an accepted heartbeat is the worker's return to ``running``.
+
+    A return is a beat from a ``stalled`` or ``lost`` worker, or any beat after
+    ``stall_after`` seconds of silence, even one the liveness was too busy to judge in time
+    (same boundary as the deadline timer, so a replay decides alike). A return restarts
+    every mark: reports taken before it never decide (rule 4). A forced reap that is still
+    pending runs first: the worker stays ``lost`` until it is done, and its first beat after
+    that is its return (an operator's reap is not undone by a beat in flight).
+
+    Args:
+        current: the state the liveness holds.
+        last_heartbeat_at: the previous accepted beat (UTC), ``None`` for a first beat.
+        now: the controller's clock at this beat (UTC).
+        stall_after: ``REAPER_STALL_AFTER`` plus the timer slack, seconds.
+        forced_reap_pending: an operator's ``force_reap`` is not done yet.
+    """
+    if forced_reap_pending:
+        return False
+    if current is not WorkerState.running:
+        return True
+    return last_heartbeat_at is not None and (now - last_heartbeat_at).total_seconds() >= stall_after

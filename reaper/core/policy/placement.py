@@ -28,3 +28,14 @@ def place(candidates: Mapping[str, int], count: int) -> list[str]:
     return chosen
 
 
+
+
+def deficit(desired: int, active: int, pretend_gone: int = 0) -> int:
+    """How many replacements a service needs: never above ``desired_count`` (rule 5).
+
+    Args:
+        desired: the service's ``desired_count``.
+        active: its ``pending`` and ``running`` tasks.
+        pretend_gone: tasks a dry run would have taken down, counted as gone.
+    """
+    return max(desired - active + pretend_gone, 0)

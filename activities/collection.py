@@ -1,0 +1,204 @@
+"""Report garbage collection: mark, clear and destroy missing handles (CONTRACT.md rules 1-4).
+
+The decisions are ``reaper.core.policy.collection``'s; the statements (``collection_sql``)
+apply them set-wise, each guarded by the state it expects. In a dry run the same verbs keep
+their marks in ``reaper.dry_marks`` and write ``would-`` events, leaving the user's rows
+untouched.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import asyncpg
+from temporalio import activity
+
+from activities import collection_sql as sql
+from activities.base import EVENT_KIND, ActivityBase, unique, write_events
+from activities.placement import backfill
+from activities.types import DestroyInput, DestroyResult, ReconcileInput, ReconcileResult
+from reaper.core.models import KindStatus
+from reaper.core.policy import collection as policy
+
+
+class _TooMany(Exception):
+    """A report would mark more than the mass-drop rule allows (rolls its marks back)."""
+
+
+async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
+    """Put the report's distinct handles in ``REPORT`` (inside the caller's transaction).
+
+    A staged report is copied within Postgres from ``reaper.report_chunks``; an inline one
+    is sent once by COPY. Returns False if a staged report is gone.
+    """
+    await conn.execute(sql.CREATE_REPORT)
+    if inp.staged_id is not None:
+        found = await conn.fetchval(sql.LOAD_STAGED, inp.worker, inp.kind, inp.staged_id)
+        return found > 0
+    await conn.copy_records_to_table(
+        sql.REPORT.split(".")[1], schema_name="pg_temp", columns=["h"],
+        records=[(h,) for h in unique(inp.handles)],
+    )
+    return True
+
+
+class CollectionActivities(ActivityBase):
+    """Activities called by ``HandleCollector`` (one collector per worker, ``gc-{worker}``)."""
+
+    @activity.defn(name="reconcile_report")
+    async def reconcile_report(self, inp: ReconcileInput) -> ReconcileResult:
+        """Diff a complete report against the worker's rows: mark newly missing, clear returned.
+
+        Only a ``running`` worker's report marks or clears (rule 1), and only one taken since
+        its latest return (rule 4: a report from before a stall never decides); ``creating``
+        rows and rows that changed state after ``taken_at`` are never marked (rule 2); rows whose
+        ``missing_since`` would not change are not written (rule 3). For tasks, a ``pending``
+        task placed on the worker that it reports becomes ``running`` (rule 5), and reported
+        tasks that were reaped are orphans (rule 7). A report that would drop more than
+        ``max_drop_fraction`` of the worker's handles at once marks nothing (``suspect``)
+        unless ``confirmed``. Rows stuck in ``creating`` past ``creating_timeout`` are
+        deleted with an event. Idempotent: a rerun of the same report changes nothing more.
+
+        Args:
+            inp: ``handles`` is the complete list; ``taken_at`` the controller's UTC receive
+                time, which becomes ``missing_since`` of rows newly marked.
+        """
+        kind, worker, dry = inp.kind, inp.worker, inp.dry_run
+        store = sql.DRY if dry else sql.ROWS
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql.WORKER_FOR_SHARE, worker)
+            skipped = policy.report_decides(
+                row["state"] if row else None, row["state_since"] if row else None, inp.taken_at
+            )
+            if skipped is not None:
+                return ReconcileResult(skipped=skipped)
+            if not await _load_report(conn, inp):
+                return ReconcileResult(skipped=f"staged report {inp.staged_id} is gone")
+            result = ReconcileResult()
+            if kind == "tasks" and not dry:
+                result.started = await _column(conn, sql.START_REPORTED_TASKS, worker)
+            # The report is an array parameter, which the planner guesses at 10 rows: left to
+            # itself it diffs a 100,000-handle report by nested loop, O(rows x handles).
+            # Hash joins while the worker's rows are diffed against the report; index probes
+            # (nested loops) again when the report is looked up in the table.
+            await conn.execute("SET LOCAL enable_nestloop = off")
+            result.cleared = _count(await conn.execute(store.clear[kind], worker))
+            if inp.also_seen:
+                await conn.execute(store.restart[kind], worker, inp.also_seen, inp.taken_at)
+            if inp.restart_all:
+                await conn.execute(store.restart_all[kind], worker, inp.taken_at)
+            marked = await self._mark(conn, store, inp, result)
+            if dry:
+                await write_events(
+                    conn, worker, EVENT_KIND[kind], "mark", marked, "missing from report",
+                    dry_run=True,
+                    dedupe=[f"mark:{worker}:{kind}:{h}:{inp.taken_at.isoformat()}" for h in marked],
+                )
+            if kind != "tasks":
+                await self._collect_stuck_creating(conn, inp)
+            cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
+            result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
+            await conn.execute("SET LOCAL enable_nestloop = on")
+            orphans = await _column(conn, sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
+            if kind == "tasks":
+                reaped = await _column(conn, sql.REAPED_REPORTED_TASKS, worker)
+                orphans = sorted({*orphans, *reaped})
+                result.assignments = await _column(conn, sql.ASSIGNMENTS, worker)
+            result.status.orphans = orphans
+            return result
+
+    async def _mark(self, conn: asyncpg.Connection, store: sql.MarkStore, inp: ReconcileInput,
+                    result: ReconcileResult) -> list[str]:
+        """Mark the absent rows, unless the report drops suspiciously many
+        (``policy.mass_drop_held``).
+
+        The check marks under a savepoint and rolls the marks back when too many, so the
+        report is diffed once, not counted first and diffed again.
+        """
+        kind, markable = inp.kind, sql.MARKABLE[inp.kind]
+        held = 0
+        if not inp.confirmed:
+            held = await conn.fetchval(store.held[kind], inp.worker, markable)
+        try:
+            async with conn.transaction():  # a savepoint
+                marked = await _column(conn, store.mark[kind], inp.worker, inp.taken_at,
+                                       markable)
+                if policy.mass_drop_held(len(marked), held, inp.max_drop_fraction,
+                                         inp.suspect_min_handles, inp.confirmed):
+                    raise _TooMany(len(marked), held)
+        except _TooMany as too:
+            result.suspect = f"drops {too.args[0]} of {too.args[1]} {kind} at once"
+            return []
+        result.marked = len(marked)
+        return marked
+
+    async def _collect_stuck_creating(self, conn: asyncpg.Connection, inp: ReconcileInput) -> None:
+        """Delete rows stuck in ``creating`` (``policy.stuck_creating``), with events."""
+        if await conn.fetchval(sql.FLEET_STATE) == "full":
+            return
+        cutoff = inp.taken_at - timedelta(seconds=inp.creating_timeout)
+        statement = (sql.WOULD_STUCK_CREATING if inp.dry_run else sql.STUCK_CREATING)[inp.kind]
+        stuck = await _column(conn, statement, inp.worker, cutoff)
+        await write_events(
+            conn, inp.worker, EVENT_KIND[inp.kind], "destroyed", stuck, "creating-timeout",
+            dry_run=inp.dry_run,
+            dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
+        )
+
+    @activity.defn(name="destroy_missing")
+    async def destroy_missing(self, inp: DestroyInput) -> DestroyResult:
+        """Destroy the worker's rows of ``kind`` missing since ``cutoff`` or earlier.
+
+        Containers and volumes: row deleted. Tasks: ``stopped`` with ``stop_reason``
+        ``missing`` and the service backfilled. One ``events`` row per destroy, in the same
+        transaction. Refused (nothing changes) unless the worker is ``running`` and the fleet
+        is not in full disruption (rules 4 and 6). The caller passes a ``cutoff`` of
+        ``taken_at - MISSING_TTL`` of a report it has just reconciled, so every complete
+        report since ``missing_since``, including the latest, lacked the handle (rule 4).
+        """
+        kind = inp.kind
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(sql.WORKER_FOR_SHARE, inp.worker)
+            fleet = await conn.fetchval(sql.FLEET_STATE)
+            refused = policy.destroy_refused(row["state"] if row else None, fleet == "full")
+            if refused is not None:
+                return DestroyResult(refused=refused)
+            statement = (sql.WOULD_DESTROY if inp.dry_run else sql.DESTROY)[kind]
+            rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind])
+            destroyed = [r["handle"] for r in rows]
+            action = "stopped" if kind == "tasks" else "destroyed"
+            await write_events(
+                conn, inp.worker, EVENT_KIND[kind], action, destroyed, "missing",
+                dry_run=inp.dry_run,
+                dedupe=[f"{action}:{inp.worker}:{kind}:{r['handle']}:{r['missing_since']}"
+                        for r in rows] if inp.dry_run else None,
+            )
+            result = DestroyResult(destroyed=destroyed)
+            if kind == "tasks" and rows:
+                services = [r["service"] for r in rows]
+                result.replacements, _ = await backfill(
+                    conn, services, "missing", dry_run=inp.dry_run,
+                    assume_inactive=services if inp.dry_run else (),
+                )
+            store = sql.DRY if inp.dry_run else sql.ROWS
+            result.status = await _status(conn, store, inp.worker, kind, inp.missing_ttl)
+            return result
+
+
+def _count(command_tag: str) -> int:
+    """Rows affected, from an asyncpg command tag such as ``UPDATE 3``."""
+    return int(command_tag.rsplit(" ", 1)[-1])
+
+
+async def _column(conn: asyncpg.Connection, statement: str, *args: object) -> list[str]:
+    """The first column of every row a statement returns."""
+    return [r[0] for r in await conn.fetch(statement, *args)]
+
+
+async def _status(
+    conn: asyncpg.Connection, store: sql.MarkStore, worker: str, kind: str, ttl: float
+) -> KindStatus:
+    """How many rows of the kind are marked, and when the oldest mark falls due."""
+    row = await conn.fetchrow(store.status[kind], worker)
+    oldest: datetime | None = row["oldest"]
+    return KindStatus(missing=row["n"], next_due=policy.next_due(oldest, ttl))

@@ -1,0 +1,48 @@
+"""Configuration (CONTRACT.md §1): durations, defaults, validation naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from reaper.core.config import ConfigError, load_settings, parse_duration
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("30s", 30), ("5m", 300), ("1h", 3600), ("1h30m", 5400), ("10", 10), (2.5, 2.5),
+     ("250ms", 0.25)],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "5x", "m5", "-3", "1h 2m", True, None])
+def test_parse_duration_rejects(bad):
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    "env, variable",
+    [
+        ({"REAPER_STALL_AFTER": "15s"}, "REAPER_STALL_AFTER"),
+        ({"REAPER_LOST_AFTER": "30s"}, "REAPER_LOST_AFTER"),
+        ({"REAPER_MISSING_TTL": "20s"}, "REAPER_MISSING_TTL"),
+        ({"REAPER_DISRUPTION_THRESHOLD": "0"}, "REAPER_DISRUPTION_THRESHOLD"),
+        ({"REAPER_DISRUPTION_THRESHOLD": "1.5"}, "REAPER_DISRUPTION_THRESHOLD"),
+        ({"REAPER_HEARTBEAT_INTERVAL": "soon"}, "REAPER_HEARTBEAT_INTERVAL"),
+    ],
+)
+def test_bad_configuration_names_the_variable(monkeypatch, env, variable):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ConfigError) as err:
+        load_settings(_env_file=None)
+    assert str(err.value).startswith(variable)
+
+
+def test_flags_override_environment(monkeypatch):
+    monkeypatch.setenv("REAPER_HEARTBEAT_INTERVAL", "10s")
+    s = load_settings(_env_file=None, heartbeat_interval="2s", stall_after="4s")
+    assert (s.heartbeat_interval, s.stall_after) == (2, 4)
+    assert s.lost_after == 300 and s.missing_ttl == 300 and s.disruption_threshold == 0.55

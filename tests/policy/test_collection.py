@@ -1,0 +1,164 @@
+"""Table tests of the collection policy: what a report marks and clears, and when a handle is
+destroyed (CONTRACT.md §4 rules 1-4). Times are seconds after T0; durations seconds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from reaper.core.contract import WorkerState
+from reaper.core.policy.collection import (
+    RowVerdict,
+    coalesce,
+    destroy_refused,
+    is_due,
+    mass_drop_held,
+    may_destroy,
+    next_due,
+    report_decides,
+    row_verdict,
+    should_forward,
+    stuck_creating,
+)
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+TTL = 300
+R, S, L = WorkerState.running, WorkerState.stalled, WorkerState.lost
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+# When is a handle destroyed? One row per case, read left to right:
+# kind, row state, marked at, report taken at, worker state, fleet full -> destroyed?
+WHEN_DESTROYED = [
+    ("volumes", "created", 0, 300, R, False, True),        # missing for exactly the TTL
+    ("volumes", "created", 0, 299, R, False, False),       # one second short
+    ("volumes", "destroying", 0, 600, R, False, True),
+    ("containers", "created", 0, 900, R, False, True),
+    ("containers", "creating", 0, 900, R, False, False),   # rule 2: creating never
+    ("containers", "created", None, 900, R, False, False),  # not marked
+    ("volumes", "created", 0, 900, S, False, False),       # rule 4: stalled worker
+    ("volumes", "created", 0, 900, L, False, False),       # rule 4: lost worker
+    ("volumes", "created", 0, 900, None, False, False),    # unknown worker
+    ("volumes", "created", 0, 900, R, True, False),        # rule 6: full disruption
+    ("tasks", "running", 0, 300, R, False, True),          # a task: stopped, missing
+    ("tasks", "pending", 0, 900, R, False, False),         # never started: never marked
+    ("tasks", "lost", 0, 900, R, False, False),            # already reaped
+]
+
+
+@pytest.mark.parametrize("kind, state, marked, taken, worker, full, destroyed", WHEN_DESTROYED)
+def test_when_a_handle_is_destroyed(kind, state, marked, taken, worker, full, destroyed):
+    mark = at(marked) if marked is not None else None
+    assert may_destroy(kind, state, mark, at(taken), TTL, worker, full) is destroyed
+
+
+# What does a deciding report do to one row? kind, row state, state changed at, marked,
+# in report, report taken at -> verdict
+ROW_VERDICTS = [
+    ("volumes", "created", 0, False, False, 10, RowVerdict.mark),
+    ("volumes", "destroying", 0, False, False, 10, RowVerdict.mark),
+    ("volumes", "creating", 0, False, False, 10, RowVerdict.keep),   # rule 2
+    ("volumes", "created", 11, False, False, 10, RowVerdict.keep),   # changed after the report
+    ("volumes", "created", 10, False, False, 10, RowVerdict.mark),   # changed at the same time
+    ("volumes", "created", 0, True, False, 10, RowVerdict.keep),     # rule 3: already marked
+    ("volumes", "created", 0, True, True, 10, RowVerdict.clear),     # reappeared
+    ("volumes", "created", 0, False, True, 10, RowVerdict.keep),     # rule 3: nothing to write
+    ("tasks", "running", 0, False, False, 10, RowVerdict.mark),
+    ("tasks", "pending", 0, False, False, 10, RowVerdict.keep),
+    ("tasks", "stopped", 0, False, False, 10, RowVerdict.keep),
+]
+
+
+@pytest.mark.parametrize("kind, state, changed, marked, in_report, taken, verdict", ROW_VERDICTS)
+def test_what_a_report_does_to_a_row(kind, state, changed, marked, in_report, taken, verdict):
+    assert row_verdict(kind, state, at(changed), marked, in_report, at(taken)) is verdict
+
+
+@pytest.mark.parametrize(
+    "worker, since, taken, decides",
+    [
+        (R, 0, 10, True),
+        (R, None, 10, True),
+        (R, 10, 10, True),      # taken at the return itself
+        (R, 11, 10, False),     # rule 4: taken before the return
+        (S, 0, 10, False),      # rule 1
+        (L, 0, 10, False),      # rule 1
+        (None, None, 10, False),
+        ("running", 0, 10, True),  # as read from Postgres
+    ],
+)
+def test_only_a_running_workers_report_since_its_return_decides(worker, since, taken, decides):
+    skipped = report_decides(worker, at(since) if since is not None else None, at(taken))
+    assert (skipped is None) is decides
+
+
+@pytest.mark.parametrize(
+    "newly_missing, held, confirmed, held_back",
+    [
+        (5, 10, False, False),    # exactly half: believed
+        (6, 10, False, True),     # more than half: held until confirmed
+        (6, 10, True, False),     # confirmed by a second report or a reboot
+        (9, 9, False, False),     # below the minimum holding: never held
+        (100, 100, False, True),
+        (0, 100, False, False),
+    ],
+)
+def test_mass_drop_is_held_until_confirmed(newly_missing, held, confirmed, held_back):
+    assert mass_drop_held(newly_missing, held, 0.5, 10, confirmed) is held_back
+
+
+@pytest.mark.parametrize(
+    "worker, full, refused",
+    [(R, False, None), ("running", False, None), (S, False, "worker is stalled"),
+     (L, False, "worker is lost"), (None, False, "worker is unknown"),
+     (R, True, "fleet in full disruption")],
+)
+def test_destroy_refused_on_stalled_lost_or_disrupted(worker, full, refused):
+    assert destroy_refused(worker, full) == refused
+
+
+@pytest.mark.parametrize(
+    "due, taken, result", [(None, 100, False), (300, 299, False), (300, 300, True), (300, 301, True)]
+)
+def test_a_kind_is_due_once_its_oldest_mark_is(due, taken, result):
+    assert is_due(at(due) if due is not None else None, at(taken)) is result
+
+
+def test_next_due_is_the_oldest_mark_plus_the_ttl():
+    assert next_due(None, TTL) is None
+    assert next_due(at(5), TTL) == at(305)
+
+
+@pytest.mark.parametrize(
+    "state, changed, now, full, collected",
+    [("creating", 0, 3600, False, True), ("creating", 0, 3599, False, False),
+     ("created", 0, 9999, False, False), ("creating", 0, 9999, True, False)],
+)
+def test_rows_stuck_in_creating_are_collected(state, changed, now, full, collected):
+    assert stuck_creating(state, at(changed), at(now), 3600, full) is collected
+
+
+@pytest.mark.parametrize(
+    "digest, fwd, taken, fwd_at, wanted, expected",
+    [
+        ("x", None, 0, None, False, (True, "changed")),
+        ("y", "x", 10, 0, False, (True, "changed")),
+        ("x", "x", 10, 0, False, (False, "unchanged")),
+        ("x", "x", 10, 0, True, (True, "due")),
+        ("x", "x", 30, 0, False, (True, "resync")),
+    ],
+)
+def test_which_reports_are_reconciled(digest, fwd, taken, fwd_at, wanted, expected):
+    d = should_forward(digest, fwd, at(taken), at(fwd_at) if fwd_at is not None else None,
+                       30, wanted)
+    assert (d.forward, d.reason) == expected
+
+
+def test_coalesce_keeps_handles_seen_in_superseded_reports():
+    assert coalesce(["a", "b"], [], ["a"]) == ["b"]
+    assert coalesce(["a"], ["z"], ["a"]) == ["z"]
+    assert coalesce(["a"], ["z"], ["z", "a"]) == []

@@ -1,0 +1,79 @@
+"""Table tests of the fleet policy: disruption states and whether a worker may be reaped
+(CONTRACT.md rules 5 and 6). Times are seconds after T0; durations seconds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from reaper.core.policy.fleet import Bucket, FleetState, fleet_state, may_reap, take_reap_token
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+N, P, F = FleetState.normal, FleetState.partial, FleetState.full
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    "healthy, unhealthy, threshold, expected",
+    [
+        (0, 0, 0.55, N),
+        (10, 0, 0.55, N),
+        (9, 1, 0.55, P),
+        (5, 5, 0.55, P),
+        (45, 55, 0.55, F),     # at the threshold: full
+        (0, 3, 0.55, F),
+        (2, 1, 0.3, F),
+        (1, 1, 1.0, P),
+        (0, 1, 1.0, F),
+    ],
+)
+def test_fleet_state(healthy, unhealthy, threshold, expected):
+    assert fleet_state(healthy, unhealthy, threshold) is expected
+
+
+# May this worker be reaped now? forced, worker state, fleet, recovered at, last beat, now
+# -> (allowed, refused, retry at)
+MAY_REAP = [
+    (False, "lost", N, None, 0, 400, (True, None, None)),
+    (False, "lost", P, None, 0, 400, (True, None, None)),
+    (False, "lost", F, None, 0, 400, (False, "fleet in full disruption", None)),
+    (False, "stalled", N, None, 0, 400, (False, "worker is stalled, not lost", None)),
+    (False, "running", N, None, 0, 400, (False, "worker is running, not lost", None)),
+    (False, None, N, None, 0, 400, (False, "unknown worker", None)),
+    # after a recovery at 100, a worker silent since before it gets a fresh LOST_AFTER
+    (False, "lost", N, 100, 0, 399, (False, "fleet recovering: fresh LOST_AFTER", 400)),
+    (False, "lost", N, 100, 0, 400, (True, None, None)),
+    (False, "lost", P, 100, 150, 400, (True, None, None)),  # beat after the recovery
+    (True, "running", F, None, 0, 1, (True, None, None)),   # forced: no guard
+    (True, "lost", N, 100, 0, 101, (True, None, None)),
+    (True, None, N, None, None, 1, (False, "unknown worker", None)),
+]
+
+
+@pytest.mark.parametrize("forced, state, fleet, recovered, last, now, expected", MAY_REAP)
+def test_when_a_worker_may_be_reaped(forced, state, fleet, recovered, last, now, expected):
+    verdict = may_reap(forced, state, fleet, at(recovered) if recovered is not None else None,
+                       at(last) if last is not None else None, at(now), 300)
+    retry = at(expected[2]) if expected[2] is not None else None
+    assert (verdict.allowed, verdict.refused, verdict.retry_at) == (*expected[:2], retry)
+
+
+@pytest.mark.parametrize(
+    "bucket, now, taken, retry",
+    [
+        (None, 0, Bucket(9.0, at(0)), None),                  # a new bucket is full
+        (Bucket(1.0, at(0)), 0, Bucket(0.0, at(0)), None),
+        (Bucket(0.0, at(0)), 0, None, 1),                     # empty: retry in 1/rate s
+        (Bucket(0.5, at(0)), 0, None, 0.5),
+        (Bucket(0.0, at(0)), 3, Bucket(2.0, at(3)), None),    # refilled at 1/s
+        (Bucket(0.0, at(0)), 100, Bucket(9.0, at(100)), None),  # never above the burst
+    ],
+)
+def test_reaps_are_rate_limited(bucket, now, taken, retry):
+    got, retry_at = take_reap_token(bucket, at(now), 1.0, 10)
+    assert got == taken
+    assert retry_at == (at(retry) if retry is not None else None)

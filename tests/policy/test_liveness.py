@@ -1,0 +1,119 @@
+"""Table tests of the liveness policy: fencing, and when a worker is stalled, lost or back
+(CONTRACT.md §2 and rules 4-6). Times are seconds after T0; durations seconds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from reaper.core.contract import WorkerState
+from reaper.core.policy.liveness import (
+    MAX_REMEMBERED_BOOT_IDS,
+    Fence,
+    fence,
+    is_return,
+    judge_liveness,
+    next_deadline,
+    outage_grace,
+    remember_boot,
+    transition,
+)
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+R, S, L = WorkerState.running, WorkerState.stalled, WorkerState.lost
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    "current, last_seq, previous, boot, seq, expected",
+    [
+        (None, -1, [], "b1", 0, Fence.new_boot),          # first beat ever
+        ("b1", 5, [], "b1", 6, Fence.accept),              # next seq
+        ("b1", 5, [], "b1", 5, Fence.stale_seq),           # duplicate delivery
+        ("b1", 5, [], "b1", 3, Fence.stale_seq),           # late, out of order
+        ("b2", 0, ["b1"], "b1", 99, Fence.old_boot),       # late beat of an older boot
+        ("b1", 5, [], "b2", 0, Fence.new_boot),            # restart with fresh state
+        ("b2", 7, ["b1"], "b3", 0, Fence.new_boot),
+    ],
+)
+def test_fence_seq_and_boot_id_decide(current, last_seq, previous, boot, seq, expected):
+    assert fence(current, last_seq, previous, boot, seq) is expected
+
+
+def test_remember_boot_is_bounded():
+    previous: list[str] = []
+    for i in range(40):
+        previous = remember_boot(previous, f"b{i}")
+    assert len(previous) == MAX_REMEMBERED_BOOT_IDS
+    assert previous[-1] == "b39"
+
+
+@pytest.mark.parametrize(
+    "silent, expected",
+    [(0, R), (29.9, R), (30, S), (299, S), (300, L), (10_000, L)],
+)
+def test_judge_liveness_on_controller_clock(silent, expected):
+    assert judge_liveness(T0, at(silent), 30, 300) is expected
+
+
+# When is a worker lost? current state, seconds of silence, grace until -> transition
+WHEN_LOST = [
+    (R, 10, None, None),      # beating
+    (R, 30, None, S),         # STALL_AFTER of silence
+    (R, 300, None, L),        # straight to lost if the loop was away
+    (S, 299, None, None),
+    (S, 300, None, L),        # LOST_AFTER of silence
+    (S, 300, 330, None),      # an outage granted grace: not lost yet
+    (S, 331, 330, L),         # grace over
+    (R, 400, 500, S),         # grace holds lost back, not stalled
+    (L, 10, None, None),      # never backwards: only a beat brings it back
+    (S, 10, None, None),
+]
+
+
+@pytest.mark.parametrize("current, silent, grace, expected", WHEN_LOST)
+def test_when_a_worker_is_stalled_or_lost(current, silent, grace, expected):
+    grace_until = at(grace) if grace is not None else None
+    assert transition(current, T0, at(silent), 30, 300, grace_until) is expected
+
+
+@pytest.mark.parametrize(
+    "current, last_beat, now, forced, returned",
+    [
+        (R, 0, 10, False, False),     # a steady beat
+        (R, None, 0, False, False),   # a first beat is not a return
+        (R, 0, 30, False, True),      # STALL_AFTER of silence, even unjudged
+        (S, 0, 31, False, True),
+        (L, 0, 900, False, True),
+        (L, 0, 900, True, False),     # a forced reap still pending runs first
+    ],
+)
+def test_when_a_beat_is_a_return(current, last_beat, now, forced, returned):
+    last = at(last_beat) if last_beat is not None else None
+    assert is_return(current, last, at(now), 30, forced) is returned
+
+
+@pytest.mark.parametrize(
+    "state, grace, expected",
+    [
+        (R, None, at(30)),
+        (S, None, at(300)),
+        (S, at(100), at(300)),   # grace ending before lost changes nothing
+        (S, at(400), at(400)),   # grace after an outage postpones lost
+        (L, None, None),
+    ],
+)
+def test_next_deadline(state, grace, expected):
+    assert next_deadline(T0, state, 30, 300, grace) == expected
+
+
+@pytest.mark.parametrize(
+    "late, expected",
+    [(0, None), (10, None), (10.5, at(10.5 + 30)), (600, at(600 + 30))],
+)
+def test_outage_grace_only_when_judged_late(late, expected):
+    assert outage_grace(T0, at(late), 10, 30) == expected

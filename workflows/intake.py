@@ -1,0 +1,215 @@
+"""Report intake of a liveness: which complete reports reach the collector, and how.
+
+A complete report is queued per kind when it needs reconciling
+(``policy.collection.should_forward``); a newer one supersedes a queued older one. Large
+reports arrive in chunks that are staged in Postgres, and plain reports too large for
+workflow state are staged the same way, so no signal or payload holds a large list. The
+liveness loop calls :meth:`ReportIntake.stage_chunks` and :meth:`ReportIntake.forward`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Callable
+
+from temporalio import workflow
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+with workflow.unsafe.imports_passed_through():
+    from activities import ReaperActivities
+    from activities.types import StageChunk
+    from reaper.core.contract import KINDS, ReportChunk
+    from reaper.core.models import CollectorInput, LivenessState, Report, Staging, supersede
+    from reaper.core.policy.collection import should_forward
+    from reaper.core.protocol import chunk_handles, payload_bytes
+    from workflows.collector import HandleCollector
+    from workflows.common import collector_id, run_activity, start_activity
+
+STAGE_PARALLEL = 4
+"""Chunks of one report staged at once (each holds a Postgres connection meanwhile)."""
+INLINE_KEEP_BYTES = 64 * 1024
+"""A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
+workflow state or sent to the collector in a signal (no payload near Temporal's 256 KiB)."""
+
+
+class ReportIntake:
+    """Queues, stages and forwards one worker's complete reports.
+
+    Args:
+        live: the liveness's state (shared, mutated here).
+        reject: records a rejected input (logged, counted in the ``state`` query).
+    """
+
+    def __init__(self, live: LivenessState, reject: Callable[[str], None]) -> None:
+        self.live = live
+        self.reject = reject
+        self.chunks: list[tuple[ReportChunk, datetime, str, bool]] = []
+        """Chunks waiting to be staged: never carried across continue-as-new (the loop
+        stages them all before it continues)."""
+        self.staging_busy = False
+
+    def backlog(self) -> int:
+        """Reports and chunks received but not yet handed to the collector."""
+        return len(self.live.unforwarded) + len(self.chunks) + int(self.staging_busy)
+
+    def offer(self, report: Report, force: bool) -> None:
+        """Queue a complete report if it needs reconciling; ``force`` after a return."""
+        live = self.live
+        kind = report.kind
+        if live.returned_at is not None and report.taken_at < live.returned_at:
+            return  # taken before the latest return (a chunked report finished late)
+        queued = live.unforwarded.get(kind)
+        if queued is not None:
+            if queued.digest != report.digest or force:
+                live.unforwarded[kind] = supersede(queued, report)
+            return
+        timings = live.timings
+        decision = should_forward(
+            report.digest, live.forwarded_digest.get(kind), report.taken_at,
+            live.forwarded_at.get(kind),
+            # Half a heartbeat early: beats come at near-multiples of the interval, so the
+            # decision never sits on a boundary that a replay could see a few ms apart.
+            (timings.resync_interval - timings.heartbeat_interval / 2) if timings else 0.0,
+            kind in live.wanted or force,
+        )
+        if decision.forward:
+            live.unforwarded[kind] = report
+
+    def known_report(self, kind: str, digest: str) -> Report | None:
+        """The complete report of ``kind`` with ``digest`` that this liveness holds, if any."""
+        for report in (self.live.unforwarded.get(kind), self.live.last_reports.get(kind)):
+            if report is not None and report.digest == digest:
+                return report
+        return None
+
+    async def stage_chunks(self) -> None:
+        """Stage queued chunks in Postgres; a report whose last chunk is in is offered.
+
+        Consecutive chunks of one report are staged up to ``STAGE_PARALLEL`` at a time (one
+        activity each, every payload under 128 KiB): a 100,000-handle report is ~50 chunks,
+        and one round trip each in sequence dominated its end-to-end time.
+        """
+        self.staging_busy = True
+        try:
+            while self.chunks:
+                await self._stage_batch(self._next_batch())
+        finally:
+            self.staging_busy = False
+
+    def _next_batch(self) -> list[tuple[ReportChunk, datetime, str, bool]]:
+        batch = [self.chunks.pop(0)]
+        first = batch[0][0]
+        while (len(batch) < STAGE_PARALLEL and self.chunks
+               and (self.chunks[0][0].kind, self.chunks[0][0].report_id)
+               == (first.kind, first.report_id)):
+            batch.append(self.chunks.pop(0))
+        return batch
+
+    async def _stage_batch(self, batch: list[tuple[ReportChunk, datetime, str, bool]]) -> None:
+        live = self.live
+        jobs = []
+        for chunk, at, boot_id, returned in batch:
+            staging = live.staging.get(chunk.kind)
+            if staging is None or staging.report_id != chunk.report_id:
+                staging = Staging(report_id=chunk.report_id, count=chunk.count,
+                                  digest=chunk.digest, taken_at=at, boot_id=boot_id)
+                live.staging[chunk.kind] = staging
+            if (chunk.count, chunk.digest) != (staging.count, staging.digest):
+                self.reject(f"chunk {chunk.index} of report {chunk.report_id} disagrees "
+                            "with its first chunk on count or digest")
+                continue
+            handle = start_activity(
+                ReaperActivities.stage_chunk,
+                StageChunk(worker=live.worker, kind=chunk.kind, report_id=chunk.report_id,
+                           index=chunk.index, count=chunk.count, digest=chunk.digest,
+                           handles=chunk.handles, keep=self._kept_staged_id(chunk.kind)),
+                summary=f"stage {chunk.kind} chunk {chunk.index + 1}/{chunk.count}",
+            )
+            jobs.append((chunk, staging, returned, handle))
+        results = await asyncio.gather(*(job[3] for job in jobs))
+        for (chunk, staging, returned, _), res in zip(jobs, results):
+            staging.chunks_staged = max(staging.chunks_staged, res.chunks_staged)
+            if not res.complete:
+                continue
+            if live.staging.get(chunk.kind) is staging:
+                del live.staging[chunk.kind]
+            if not res.digest_ok:
+                self.reject(f"chunked report {chunk.report_id}: handles do not match digest")
+                continue
+            self.offer(Report(kind=chunk.kind, handles=[], staged_id=chunk.report_id,
+                              taken_at=staging.taken_at, boot_id=staging.boot_id,
+                              digest=staging.digest), force=returned)
+
+    def _kept_staged_id(self, kind: str) -> str | None:
+        last = self.live.last_reports.get(kind)
+        return last.staged_id if last else None
+
+    async def _stage_inline(self, report: Report) -> Report:
+        """A plain report too large to keep in workflow state is staged like a chunked one."""
+        live = self.live
+        report_id = f"inline-{live.forwarded}-{report.digest[:12]}"
+        parts = chunk_handles(report.handles, INLINE_KEEP_BYTES)
+        for i, part in enumerate(parts):
+            await run_activity(
+                ReaperActivities.stage_chunk,
+                StageChunk(worker=live.worker, kind=report.kind, report_id=report_id, index=i,
+                           count=len(parts), digest=report.digest, handles=part,
+                           keep=self._kept_staged_id(report.kind)),
+                summary=f"stage large {report.kind} report {i + 1}/{len(parts)}",
+            )
+        return report.model_copy(update={"handles": [], "staged_id": report_id})
+
+    async def forward(self) -> None:
+        """Hand every queued report to the collector (started on first use)."""
+        live = self.live
+        reports = []
+        for kind in KINDS:
+            report = live.unforwarded.get(kind)
+            if report is None:
+                continue
+            if report.staged_id is None and payload_bytes(report.handles) > INLINE_KEEP_BYTES:
+                report = await self._stage_inline(report)
+            newer = live.unforwarded.get(kind)
+            if newer is not None and newer.taken_at > report.taken_at:
+                continue  # superseded while staging: forward the newer one next round
+            live.unforwarded.pop(kind, None)
+            reports.append(report)
+            live.last_reports[kind] = report.model_copy(update={"also_seen": [],
+                                                               "restart_all": False})
+        if not reports:
+            return
+        live.forwarded += len(reports)
+        for report in reports:
+            live.forwarded_digest[report.kind] = report.digest
+            live.forwarded_at[report.kind] = report.taken_at
+            if report.kind in live.wanted:
+                live.wanted.remove(report.kind)
+        if not live.collector_started:
+            await self._start_collector(reports)
+            return
+        try:
+            await workflow.get_external_workflow_handle(collector_id(live.worker)).signal(
+                "report", reports
+            )
+        except Exception as exc:  # collector gone (terminated by hand): start a new one
+            workflow.logger.warning("collector of %s unreachable (%s); restarting it",
+                                    live.worker, exc)
+            await self._start_collector(reports)
+
+    async def _start_collector(self, reports: list[Report]) -> None:
+        live = self.live
+        assert live.timings is not None
+        try:
+            await workflow.start_child_workflow(
+                HandleCollector.run,
+                CollectorInput(worker=live.worker, timings=live.timings, queued=reports),
+                id=collector_id(live.worker),
+                static_summary=f"handle GC of {live.worker}",
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+            )
+        except WorkflowAlreadyStartedError:
+            await workflow.get_external_workflow_handle(collector_id(live.worker)).signal(
+                "report", reports
+            )
+        live.collector_started = True

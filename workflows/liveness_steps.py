@@ -1,0 +1,190 @@
+"""The steps of one turn of a liveness loop, each a named effect of what the handlers recorded.
+
+``WorkerLiveness.run`` calls :meth:`LivenessSteps.step` whenever :meth:`LivenessSteps.has_work`
+or a deadline passes. The order matters: the state is recorded before anything acts on it
+(the reap and the collector read it from Postgres), a reap runs only once ``lost`` is
+recorded, and reports are forwarded only once the worker's latest return is recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Callable
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities import ReaperActivities
+    from activities.types import DrainChange, WorkerStateChange
+    from reaper.core.contract import ReasonInput, WorkerState
+    from reaper.core.models import LivenessState, ReapInput, ReapResult, Timings
+    from reaper.core.policy.fleet import FleetState
+    from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, reap_id, run_activity
+    from workflows.intake import ReportIntake
+    from workflows.reap import WorkerReap
+
+
+class LivenessSteps:
+    """The effects of a liveness, run in order by :meth:`step`.
+
+    Args:
+        live: the liveness's state (shared with the workflow and the intake).
+        intake: the liveness's report intake.
+    """
+
+    def __init__(self, live: LivenessState, intake: ReportIntake) -> None:
+        self.live = live
+        self.intake = intake
+        self.drain_request: ReasonInput | None = None
+        """A ``drain`` signal not yet applied (never carried: the loop applies it first)."""
+        self.shown: tuple[str, int] | None = None
+        """Search attribute values last upserted."""
+        self.fleet_seen: str | None = None
+        """The fleet state returned by this turn's record, if any (read by the reap)."""
+
+    @property
+    def timings(self) -> Timings:
+        assert self.live.timings is not None
+        return self.live.timings
+
+    # ---- what needs doing --------------------------------------------------------------
+
+    def need_record(self) -> bool:
+        live = self.live
+        return live.last_heartbeat_at is not None and (
+            live.recorded_state is not live.state
+            or (live.state is WorkerState.running and live.recorded_return != live.returned_at))
+
+    def need_reap(self) -> bool:
+        live = self.live
+        return (live.reap_request is not None and live.reap_retry_at is None
+                and live.recorded_state is WorkerState.lost)
+
+    def need_forward(self) -> bool:
+        live = self.live
+        return (bool(live.unforwarded) and live.recorded_state is WorkerState.running
+                and live.recorded_return == live.returned_at)
+
+    def has_work(self) -> bool:
+        """Whether :meth:`step` would do anything now."""
+        return (self.need_record() or self.need_reap() or self.drain_request is not None
+                or self.need_forward() or bool(self.intake.chunks)
+                or self.shown != self.attribute_values())
+
+    async def step(self, judge: Callable[[], None]) -> None:
+        """One turn: judge the clock, then record, drain, reap, stage, forward, show."""
+        self.fleet_seen = None
+        judge()
+        if self.need_record():
+            await self.record_state()
+        if self.drain_request is not None:
+            await self.apply_drain()
+        if self.need_reap():
+            await self.reap()
+        if self.intake.chunks:
+            await self.intake.stage_chunks()
+        if self.need_forward():
+            await self.intake.forward()
+        self.show()
+
+    # ---- the steps ---------------------------------------------------------------------
+
+    async def record_state(self) -> None:
+        """Write the worker's state to ``reaper.workers`` (and the fleet's, rule 6)."""
+        live = self.live
+        state = live.state
+        reason = actor = None
+        if state is WorkerState.lost and live.reap_request is not None:
+            reason, actor = live.reap_request.reason, live.reap_request.actor
+        back = live.returned_at if state is WorkerState.running else None
+        before = live.recorded_state.value if live.recorded_state else "new"
+        fleet = await run_activity(
+            ReaperActivities.record_worker_state,
+            WorkerStateChange(
+                worker=live.worker, state=state, at=live.state_since or workflow.now(),
+                boot_id=live.boot_id, last_seq=live.last_seq if live.last_seq >= 0 else None,
+                last_heartbeat_at=live.last_heartbeat_at, reason=reason, actor=actor,
+                returned_at=back,
+            ),
+            summary=f"{live.worker}: {before} -> {state.value}",
+        )
+        live.recorded_state = state
+        if state is WorkerState.running:
+            live.recorded_return = back
+        self.fleet_seen = fleet.state
+        if fleet.marks_cleared:
+            # The return cleared every mark in Postgres: the missing counts shown (query
+            # `state`, ReaperMissing) are 0 until the next report says otherwise.
+            for status in live.collected.values():
+                status.missing, status.next_due = 0, None
+
+    async def apply_drain(self) -> None:
+        """Set ``workers.draining``: nothing new is placed on this worker."""
+        live = self.live
+        req, self.drain_request = self.drain_request, None
+        assert req is not None
+        changed = await run_activity(
+            ReaperActivities.set_draining,
+            DrainChange(worker=live.worker, draining=True, reason=req.reason, actor=req.actor),
+            summary=f"drain {live.worker}",
+        )
+        live.draining, live.drain_reason = True, req.reason
+        workflow.logger.info("drain of %s (changed=%s): %s", live.worker, changed, req.reason)
+
+    async def reap(self) -> None:
+        """Run a ``WorkerReap`` child; a refused reap is retried later (rules 5 and 6)."""
+        live, t = self.live, self.timings
+        req = live.reap_request
+        assert req is not None
+        seen, self.fleet_seen = self.fleet_seen, None
+        if not live.reap_forced:
+            # While the fleet is in full disruption, wait without starting a reap child per
+            # attempt (the reap activity decides again, in its transaction, anyway).
+            if seen is None:
+                seen = (await run_activity(ReaperActivities.fleet_status, workflow.now(),
+                                           summary="fleet disruption check before reaping")
+                        ).state
+            if FleetState(seen) is FleetState.full:
+                live.reap_retry_at = workflow.now() + timedelta(seconds=t.stall_after)
+                workflow.logger.warning("reap of %s deferred: fleet in full disruption",
+                                        live.worker)
+                return
+        live.reaps += 1
+        result: ReapResult = await workflow.execute_child_workflow(
+            WorkerReap.run,
+            ReapInput(worker=live.worker, reason=req.reason, actor=req.actor,
+                      forced=live.reap_forced, lost_after=t.lost_after,
+                      last_heartbeat_at=live.last_heartbeat_at, dry_run=t.dry_run),
+            id=reap_id(live.worker, live.reaps),
+            static_summary=f"reap {live.worker}: {req.reason}",
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+        )
+        if result.refused is None:
+            live.reap_request, live.reap_forced = None, False
+            return
+        retry = result.retry_at or workflow.now() + timedelta(seconds=t.stall_after)
+        live.reap_retry_at = max(retry, workflow.now() + timedelta(seconds=1))
+        workflow.logger.warning("reap of %s refused: %s; retry at %s",
+                                live.worker, result.refused, live.reap_retry_at)
+        if live.reap_forced:  # forced reaps are refused only for unknown workers: give up
+            live.reap_request, live.reap_forced, live.reap_retry_at = None, False, None
+
+    def attribute_values(self) -> tuple[str, int]:
+        """``(ReaperState, ReaperMissing)`` as the Web UI should show them."""
+        live = self.live
+        shown = live.state.value
+        if live.draining and live.state is WorkerState.running:
+            shown = "draining"
+        return shown, sum(status.missing for status in live.collected.values())
+
+    def show(self) -> None:
+        """Upsert the search attributes when they changed (CONTRACT.md §2)."""
+        values = self.attribute_values()
+        if values == self.shown:
+            return
+        self.shown = values
+        workflow.upsert_search_attributes([
+            WORKER_ATTR.value_set(self.live.worker),
+            STATE_ATTR.value_set(values[0]),
+            MISSING_ATTR.value_set(values[1]),
+        ])
