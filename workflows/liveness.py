@@ -20,11 +20,11 @@ with workflow.unsafe.imports_passed_through():
 
     from activities import ReaperActivities
     from reaper.core.contract import KINDS, Heartbeat, ReasonInput, StateView, WorkerState
-    from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report, Timings
+    from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report
     from reaper.core.policy import liveness as policy
     from reaper.core.protocol import report_digest
     from workflows.common import collector_id, should_continue_as_new
-    from workflows.deadline import DEADLINE_SLACK_S, DeadlineTimer
+    from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
 
@@ -41,6 +41,7 @@ class WorkerLiveness:
         self.intake = ReportIntake(self.live, self._reject)
         self.steps = LivenessSteps(self.live, self.intake)
         self.timer = DeadlineTimer()
+        self.clock = LivenessClock(self.live)
 
     # ---- signals: validate and record only; never raise, never block ------------------
 
@@ -181,7 +182,7 @@ class WorkerLiveness:
             f"`{collector_id(live.worker)}`."
         )
         while True:
-            await self.steps.step(self._judge)
+            await self.steps.step(self.clock.judge)
             # Operator requests and chunks live outside the carried state: hand over only
             # once they are handled (a signal in this very activation is seen here).
             if (should_continue_as_new() and not self.intake.chunks
@@ -189,68 +190,14 @@ class WorkerLiveness:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             fired = await self.timer.wait(
-                self._next_deadline(), self._has_work,
+                self.clock.next_deadline(), self._has_work,
                 f"{live.state.value}: next liveness deadline",
             )
             if fired is not None:
-                self._on_deadline(fired)
-
-    @property
-    def timings(self) -> Timings:
-        assert self.live.timings is not None
-        return self.live.timings
+                self.clock.on_deadline(fired)
 
     def _has_work(self) -> bool:
         return self.steps.has_work() or should_continue_as_new()
-
-    def _next_deadline(self) -> datetime | None:
-        live, t = self.live, self.timings
-        times = []
-        if live.last_heartbeat_at is not None:
-            due = policy.next_deadline(live.last_heartbeat_at, live.state, t.stall_after,
-                                       t.lost_after, live.grace_until)
-            if due is not None:
-                times.append(due)
-        if live.reap_retry_at is not None:
-            times.append(live.reap_retry_at)
-        return min(times) if times else None
-
-    def _on_deadline(self, deadline: datetime) -> None:
-        """A deadline passed: grant the outage grace if it was judged late; retry a reap."""
-        live, t = self.live, self.timings
-        now = workflow.now()
-        grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
-        if grace is not None and live.state is not WorkerState.lost:
-            # The controller or Temporal was down: the worker's silence is no evidence.
-            live.grace_until = max(grace, live.grace_until or grace)
-            workflow.logger.warning("deadline of %s judged %ss late: grace until %s",
-                                    live.worker, (now - deadline).total_seconds(),
-                                    live.grace_until)
-        if live.reap_retry_at is not None and now >= live.reap_retry_at:
-            live.reap_retry_at = None
-
-    def _judge(self) -> None:
-        """Move ``running`` -> ``stalled`` -> ``lost`` as the clock says; only beats go back."""
-        live, t = self.live, self.timings
-        if live.last_heartbeat_at is None:
-            return
-        now = workflow.now()
-        deadline = policy.next_deadline(live.last_heartbeat_at, live.state, t.stall_after,
-                                        t.lost_after, live.grace_until)
-        if deadline is not None and deadline < now:
-            # Judged late, however the loop got here (a late timer, a run that starts after
-            # the controller was down across a continue-as-new, a signal that woke the loop
-            # first): the same outage grace as a late timer.
-            self._on_deadline(deadline)
-        judged = policy.transition(live.state, live.last_heartbeat_at, now, t.stall_after,
-                                   t.lost_after, live.grace_until)
-        if judged is None:
-            return
-        live.state, live.state_since = judged, now
-        if judged is WorkerState.lost and live.reap_request is None:
-            live.reap_request = ReasonInput(reason=f"no heartbeat for {t.lost_after:g}s",
-                                            actor="reaper")
-            live.reap_forced = False
 
     # ---- helpers -------------------------------------------------------------------------
 
