@@ -78,11 +78,13 @@ async def start_fleet_monitor(client, acts: ReaperActivities, settings: Settings
     """Start the ``reaper-fleet`` monitor unless one is running already."""
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from workflows.fleet import FLEET_ID, FleetMonitor
+    from workflows.common import fleet_monitor_id
+    from workflows.fleet import FleetMonitor
 
     timings = await acts.load_timings()
     await client.start_workflow(
-        FleetMonitor.run, timings, id=FLEET_ID, task_queue=settings.task_queue,
+        FleetMonitor.run, timings, id=fleet_monitor_id(settings.task_queue),
+        task_queue=settings.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary="fleet disruption state",
     )

@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from activities.collection import CollectionActivities
+from activities.fleet import FleetActivities
 from activities.liveness import LivenessActivities
 from activities.reap import ReapActivities
+from activities.retire import RetireActivities
 from activities.staging import StagingActivities
 
 
-class ReaperActivities(LivenessActivities, CollectionActivities, ReapActivities, StagingActivities):
+class ReaperActivities(
+    LivenessActivities, CollectionActivities, ReapActivities, RetireActivities,
+    FleetActivities, StagingActivities,
+):
     """Every activity, bound to one asyncpg pool and the controller's settings."""
 
     def all(self) -> list[Callable[..., Any]]:
@@ -20,6 +25,9 @@ class ReaperActivities(LivenessActivities, CollectionActivities, ReapActivities,
             self.record_worker_state,
             self.set_draining,
             self.fleet_status,
+            self.fleet_upkeep,
+            self.worker_record,
+            self.retire_worker,
             self.reconcile_report,
             self.destroy_missing,
             self.reap_worker,

@@ -15,7 +15,7 @@ from temporalio import activity
 
 from activities import collection_sql as sql
 from activities.base import EVENT_KIND, ActivityBase, unique, write_events
-from activities.placement import backfill
+from activities.tasks import backfill
 from activities.types import DestroyInput, DestroyResult, ReconcileInput, ReconcileResult
 from reaper.core.models import KindStatus
 from reaper.core.policy import collection as policy

@@ -8,9 +8,9 @@ from datetime import datetime
 from temporalio import activity
 
 from activities.base import ActivityBase, write_events
-from activities.types import DrainChange, FleetView, WorkerStateChange
+from activities.fleet import refresh_fleet
+from activities.types import DrainChange, RecordResult, WorkerRecord, WorkerStateChange
 from reaper.core.models import Timings
-from reaper.core.policy.fleet import FleetState, fleet_state
 
 _CLEAR_MARKS = (
     "UPDATE reaper.containers SET missing_since = NULL"
@@ -23,50 +23,6 @@ _CLEAR_MARKS = (
 )
 
 
-async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime) -> FleetView:
-    """Recompute the fleet's disruption state from ``reaper.workers`` and store it if changed.
-
-    When the fleet leaves ``full`` disruption, ``recovered_at`` is set: every worker then gets
-    a fresh ``LOST_AFTER`` before it can be reaped (CONTRACT.md rule 6). Runs inside the
-    caller's transaction; the fleet row is locked so concurrent callers serialise.
-    ``at`` is the controller's (workflow) time of the change, UTC.
-    """
-    row = await conn.fetchrow(
-        "SELECT state, since, recovered_at FROM reaper.fleet WHERE id = 1 FOR UPDATE"
-    )
-    counts = await conn.fetchrow(
-        "SELECT count(*) FILTER (WHERE state = 'running') AS healthy,"
-        " count(*) FILTER (WHERE state <> 'running') AS unhealthy FROM reaper.workers"
-    )
-    new = fleet_state(counts["healthy"], counts["unhealthy"], threshold)
-    since, recovered_at = row["since"], row["recovered_at"]
-    if new.value != row["state"]:
-        recovering = row["state"] == FleetState.full.value
-        stamp = await conn.fetchval(
-            "UPDATE reaper.fleet SET state = $1, since = $3,"
-            " recovered_at = CASE WHEN $2 THEN $3 ELSE recovered_at END"
-            " WHERE id = 1 RETURNING since",
-            new.value,
-            recovering,
-            at,
-        )
-        since = stamp
-        if recovering:
-            recovered_at = stamp
-        await write_events(
-            conn, None, "worker", "fleet", [None],
-            f"{row['state']} -> {new.value} ({counts['unhealthy']} of "
-            f"{counts['healthy'] + counts['unhealthy']} unhealthy)",
-        )
-    return FleetView(
-        state=new.value,
-        healthy=counts["healthy"],
-        unhealthy=counts["unhealthy"],
-        since=since,
-        recovered_at=recovered_at,
-    )
-
-
 class LivenessActivities(ActivityBase):
     """Activities called by ``WorkerLiveness``."""
 
@@ -76,8 +32,12 @@ class LivenessActivities(ActivityBase):
         return Timings(**self.settings.model_dump(include=set(Timings.model_fields)))
 
     @activity.defn(name="record_worker_state")
-    async def record_worker_state(self, change: WorkerStateChange) -> FleetView:
+    async def record_worker_state(self, change: WorkerStateChange) -> RecordResult:
         """Upsert the ``workers`` row; on a state change write an ``events`` row.
+
+        Called on every state change, a new boot id, and when ``last_heartbeat_at`` would
+        otherwise lag by more than half of ``STALL_AFTER`` (CONTRACT.md §5.3). A retired
+        worker registering afresh (a new boot) comes back ``running`` and not draining.
 
         A worker that returns to ``running`` after ``STALL_AFTER`` of silence has all its
         marks cleared once for that return (``change.returned_at``), whether or not its stall
@@ -88,8 +48,9 @@ class LivenessActivities(ActivityBase):
         nothing more.
 
         Returns:
-            The fleet's state after the change; ``marks_cleared`` if this return's marks are
-            cleared (now or by an earlier attempt).
+            The fleet's state if the worker's state changed (it was recomputed), and
+            ``marks_cleared`` if this return's marks are cleared (now or by an earlier
+            attempt).
         """
         async with self.pool.acquire() as conn, conn.transaction():
             old = await conn.fetchrow(
@@ -110,6 +71,7 @@ class LivenessActivities(ActivityBase):
                 await conn.execute(
                     "UPDATE reaper.workers SET state = $2,"
                     " state_since = CASE WHEN state = $2 THEN state_since ELSE $6 END,"
+                    " draining = CASE WHEN state = 'retired' THEN false ELSE draining END,"
                     " boot_id = COALESCE($3, boot_id), last_seq = COALESCE($4, last_seq),"
                     " last_heartbeat_at = COALESCE($5, last_heartbeat_at)"
                     " WHERE name = $1 AND (state, boot_id, last_seq, last_heartbeat_at)"
@@ -140,8 +102,21 @@ class LivenessActivities(ActivityBase):
                     cleared = True
                 elif back is not None:
                     cleared = True  # by an earlier attempt of this very change
-            fleet = await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
-            return fleet.model_copy(update={"marks_cleared": cleared})
+            fleet = None
+            if old_state != new_state:
+                fleet = await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
+            return RecordResult(fleet=fleet, marks_cleared=cleared)
+
+    @activity.defn(name="worker_record")
+    async def worker_record(self, worker: str) -> WorkerRecord:
+        """What Postgres holds of a worker: its state and boot id (``state`` ``None`` if
+        unknown). A new liveness run reads it to ignore the beats of a retired boot."""
+        row = await self.pool.fetchrow(
+            "SELECT state, boot_id FROM reaper.workers WHERE name = $1", worker
+        )
+        if row is None:
+            return WorkerRecord()
+        return WorkerRecord(state=row["state"], boot_id=row["boot_id"])
 
     @activity.defn(name="set_draining")
     async def set_draining(self, change: DrainChange) -> bool:
@@ -164,10 +139,3 @@ class LivenessActivities(ActivityBase):
                     [change.worker], change.reason, change.actor,
                 )
             return bool(changed)
-
-    @activity.defn(name="fleet_status")
-    async def fleet_status(self, at: datetime) -> FleetView:
-        """The fleet's current disruption state (recomputed, stored if it changed)."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            return await refresh_fleet(conn, self.settings.disruption_threshold, at)
-

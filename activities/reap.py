@@ -9,7 +9,7 @@ import asyncpg
 from temporalio import activity
 
 from activities.base import ActivityBase, write_events
-from activities.placement import backfill
+from activities.tasks import backfill, take_down
 from activities.types import ReapRequest
 from reaper.core.models import ReapResult
 from reaper.core.policy import fleet as fleet_policy
@@ -75,27 +75,15 @@ class ReapActivities(ActivityBase):
                 )
                 if retry_at is not None:
                     return ReapResult(refused="reap rate limit", retry_at=retry_at)
-            if req.dry_run:
-                rows = await conn.fetch(
-                    "SELECT id, service FROM reaper.tasks"
-                    " WHERE worker = $1 AND state IN ('running', 'pending') ORDER BY id",
-                    req.worker,
-                )
-            else:
-                rows = await conn.fetch(
-                    "UPDATE reaper.tasks SET state = 'lost', stop_reason = 'worker-lost',"
-                    " missing_since = NULL"
-                    " WHERE worker = $1 AND state IN ('running', 'pending') RETURNING id, service",
-                    req.worker,
-                )
-            lost = sorted(r["id"] for r in rows)
-            await write_events(
-                conn, req.worker, "task", "lost", lost, req.reason, req.actor,
-                dry_run=req.dry_run,
-            )
+            rows = await take_down(conn, req.worker, "worker-lost", req.reason, req.actor,
+                                   dry_run=req.dry_run)
+            if not req.dry_run:
+                await conn.execute("UPDATE reaper.workers SET reaped_at = $2 WHERE name = $1",
+                                   req.worker, req.at)
+            lost = [r["id"] for r in rows]
             services = [r["service"] for r in rows]
-            placed, unplaced = await backfill(
+            placed, owed = await backfill(
                 conn, services, f"reap of {req.worker}", req.actor,
                 dry_run=req.dry_run, assume_inactive=services if req.dry_run else (),
             )
-            return ReapResult(lost_tasks=lost, replacements=placed, unplaced=unplaced)
+            return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

@@ -35,9 +35,43 @@ class FleetView(BaseModel):
     unhealthy: int
     since: datetime | None = None
     recovered_at: datetime | None = None
+
+
+class RecordResult(BaseModel):
+    """What ``record_worker_state`` did."""
+
+    fleet: FleetView | None = None
+    """The fleet's state, recomputed because the worker's state changed; else ``None``."""
     marks_cleared: bool = False
-    """Set by ``record_worker_state`` only: a return cleared the worker's marks (its ``missing``
-    counts are 0 until its next report)."""
+    """A return cleared the worker's marks (its ``missing`` counts are 0 until its next
+    report)."""
+
+
+class WorkerRecord(BaseModel):
+    """A worker's row as Postgres holds it (``state`` ``None``: no row)."""
+
+    state: WorkerState | None = None
+    boot_id: str | None = None
+
+
+class UpkeepResult(BaseModel):
+    """What ``fleet_upkeep`` did: tasks placed (``(task_id, worker)``), strays' replacements
+    included, for the fleet monitor to tell those workers."""
+
+    placed: list[tuple[str, str]] = Field(default_factory=list)
+
+
+class RetireRequest(BaseModel):
+    """Retire ``worker`` (CONTRACT.md §5.1); ``automatic`` when no operator or agent asked."""
+
+    worker: str
+    reason: str
+    actor: str
+    automatic: bool
+    at: datetime
+    """The controller's (workflow) time, UTC."""
+    retire_after: float
+    dry_run: bool = False
 
 
 class DrainChange(BaseModel):

@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import ReasonInput, WorkerState
     from reaper.core.models import LivenessState, Timings
     from reaper.core.policy import liveness as policy
+    from reaper.core.policy.fleet import retire_due
 
 DEADLINE_SLACK_S = 0.25
 """Timers fire this long after their deadline, never on it: ``workflow.now()`` of one
@@ -85,9 +86,18 @@ class LivenessClock:
                                        t.lost_after, live.grace_until)
             if due is not None:
                 times.append(due)
-        if live.reap_retry_at is not None:
-            times.append(live.reap_retry_at)
+        times += [t for t in (live.reap_retry_at, live.retire_retry_at, self.retire_due())
+                  if t is not None]
         return min(times) if times else None
+
+    def retire_due(self) -> datetime | None:
+        """When a lost worker whose reap is done is retired automatically (§5.1), if so."""
+        live = self.live
+        if (live.state is not WorkerState.lost or live.recorded_state is not WorkerState.lost
+                or live.reap_request is not None or live.retire_request is not None
+                or live.state_since is None):
+            return None
+        return retire_due(live.state_since, self.timings.retire_after)
 
     def on_deadline(self, deadline: datetime) -> None:
         """A deadline passed: grant the outage grace if it was judged late; retry a reap."""
@@ -102,6 +112,8 @@ class LivenessClock:
                                     live.grace_until)
         if live.reap_retry_at is not None and now >= live.reap_retry_at:
             live.reap_retry_at = None
+        if live.retire_retry_at is not None and now >= live.retire_retry_at:
+            live.retire_retry_at = None
 
     def judge(self) -> None:
         """Move ``running`` -> ``stalled`` -> ``lost`` as the clock says; only beats go back."""
@@ -116,6 +128,11 @@ class LivenessClock:
             # the controller was down across a continue-as-new, a signal that woke the loop
             # first): the same outage grace as a late timer.
             self.on_deadline(deadline)
+        due = self.retire_due()
+        if due is not None and now >= due:
+            live.retire_request = ReasonInput(reason=f"lost for {t.retire_after:g}s",
+                                              actor="reaper")
+            live.retire_automatic = True
         judged = policy.transition(live.state, live.last_heartbeat_at, now, t.stall_after,
                                    t.lost_after, live.grace_until)
         if judged is None:

@@ -64,6 +64,16 @@ def should_continue_as_new() -> bool:
     return info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_CAP
 
 
+FLEET_ID = "reaper-fleet"
+"""Workflow id of the fleet monitor of the default task queue."""
+
+
+def fleet_monitor_id(task_queue: str) -> str:
+    """Workflow id of the fleet monitor of the controllers on ``task_queue``: ``reaper-fleet``
+    for the default queue ``reaper``, ``reaper-fleet-{task_queue}`` for any other."""
+    return FLEET_ID if task_queue == "reaper" else f"{FLEET_ID}-{task_queue}"
+
+
 def collector_id(worker: str) -> str:
     """Workflow id of a worker's handle collector, a child of its liveness."""
     return f"gc-{worker}"

@@ -1,8 +1,10 @@
-"""``FleetMonitor``: the fleet's disruption state, kept visible in the Web UI (``reaper-fleet``).
+"""``FleetMonitor``: the fleet as a whole (``reaper-fleet``), one per namespace.
 
-The state itself is computed in Postgres whenever a worker changes state (activities/
-liveness.py ``refresh_fleet``); this singleton re-reads it every heartbeat interval and shows
-it as the workflow's current details and memo, and answers the ``fleet`` query.
+Every heartbeat interval it re-reads the fleet's disruption state (computed in Postgres
+whenever a worker changes state, ``activities/fleet.py`` ``refresh_fleet``) and shows it as
+the workflow's current details and memo and in the ``fleet`` query; and it runs the fleet's
+upkeep: owed replacements placed on workers that became available (§5.1), stray tasks on
+lost or retired workers reaped; the workers that received work are told at once.
 """
 
 from __future__ import annotations
@@ -15,10 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView
     from reaper.core.models import Timings
-    from workflows.common import run_activity, should_continue_as_new
-
-FLEET_ID = "reaper-fleet"
-"""Workflow id of the fleet monitor; started (or found running) by every controller."""
+    from workflows.common import request_resync, run_activity, should_continue_as_new
 
 
 @workflow.defn(name="FleetMonitor")
@@ -50,6 +49,10 @@ class FleetMonitor:
                 workflow.upsert_memo({"fleet_state": view.state, "healthy": view.healthy,
                                       "unhealthy": view.unhealthy})
             self.view = view
+            upkeep = await run_activity(ReaperActivities.fleet_upkeep, workflow.now(),
+                                        summary="place owed work, reap strays")
+            for target in sorted({w for _, w in upkeep.placed}):
+                await request_resync(target)
             if should_continue_as_new():
                 workflow.continue_as_new(timings)
             await workflow.sleep(timedelta(seconds=timings.heartbeat_interval),

@@ -19,11 +19,12 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
     from activities import ReaperActivities
+    from activities.types import DrainChange
     from reaper.core.contract import KINDS, Heartbeat, ReasonInput, StateView, WorkerState
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report
     from reaper.core.policy import liveness as policy
     from reaper.core.protocol import report_digest
-    from workflows.common import collector_id, should_continue_as_new
+    from workflows.common import collector_id, run_activity, should_continue_as_new
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
@@ -54,6 +55,11 @@ class WorkerLiveness:
             return
         if beat.worker != live.worker:
             self._reject(f"worker {beat.worker!r} sent to the liveness of {live.worker!r}")
+            return
+        if live.state is WorkerState.retired or beat.boot_id == live.retired_boot_id:
+            live.ignored += 1
+            workflow.logger.info("ignored beat seq=%s of %s: its boot %s was retired",
+                                 beat.seq, live.worker, beat.boot_id)
             return
         verdict = policy.fence(live.boot_id, live.last_seq, live.previous_boot_ids,
                                beat.boot_id, beat.seq)
@@ -124,9 +130,31 @@ class WorkerLiveness:
     @workflow.signal(name="drain")
     def drain(self, raw: Any) -> None:
         """Operator: place nothing new on this worker."""
-        req = self._parse(ReasonInput, raw if raw is not None else {}, "drain")
+        self._set_draining(raw, draining=True)
+
+    @workflow.signal(name="undrain")
+    def undrain(self, raw: Any) -> None:
+        """Operator: placements on this worker resume (§5.1)."""
+        self._set_draining(raw, draining=False)
+
+    def _set_draining(self, raw: Any, draining: bool) -> None:
+        what = "drain" if draining else "undrain"
+        req = self._parse(ReasonInput, raw if raw is not None else {}, what)
         if req is not None:
-            self.steps.drain_request = req
+            self.steps.drain_change = DrainChange(worker=self.live.worker, draining=draining,
+                                                  reason=req.reason, actor=req.actor)
+
+    @workflow.signal(name="retire")
+    def retire(self, raw: Any) -> None:
+        """Operator or agent: the worker leaves the fleet for good (§5.1), at once."""
+        live = self.live
+        req = self._parse(ReasonInput, raw if raw is not None else {}, "retire")
+        if req is None:
+            return
+        if live.last_heartbeat_at is None or live.state is WorkerState.retired:
+            workflow.logger.info("retire of %s ignored: unknown or retired already", live.worker)
+            return
+        live.retire_request, live.retire_automatic, live.retire_retry_at = req, False, None
 
     @workflow.signal(name="gc_status")
     def gc_status(self, inp: GcStatusInput) -> None:
@@ -181,12 +209,17 @@ class WorkerLiveness:
             f"lost after {live.timings.lost_after:g}s without a heartbeat; handle GC in "
             f"`{collector_id(live.worker)}`."
         )
+        if inp.carried is None and not await self._registers_afresh():
+            return
         while True:
             await self.steps.step(self.clock.judge)
+            if live.state is WorkerState.retired:
+                await self._end_retired()
+                return
             # Operator requests and chunks live outside the carried state: hand over only
             # once they are handled (a signal in this very activation is seen here).
             if (should_continue_as_new() and not self.intake.chunks
-                    and self.steps.drain_request is None):
+                    and self.steps.drain_change is None):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             fired = await self.timer.wait(
@@ -195,6 +228,28 @@ class WorkerLiveness:
             )
             if fired is not None:
                 self.clock.on_deadline(fired)
+
+    async def _registers_afresh(self) -> bool:
+        """A new run: ignore what a retired boot sent (§5.1); False if nothing else came."""
+        live = self.live
+        record = await run_activity(ReaperActivities.worker_record, live.worker,
+                                    summary=f"read {live.worker}")
+        if record.state is not WorkerState.retired:
+            return True
+        live.retired_boot_id = record.boot_id
+        if live.boot_id != record.boot_id:
+            return True  # a new boot: it registers afresh
+        workflow.logger.info("beats of %s's retired boot %s ignored", live.worker,
+                             record.boot_id)
+        return False
+
+    async def _end_retired(self) -> None:
+        """The worker is retired: its collector and this liveness end (§5.1)."""
+        try:
+            await workflow.get_external_workflow_handle(collector_id(self.live.worker)).cancel()
+        except Exception as exc:  # never started, or gone already
+            workflow.logger.info("collector of %s not cancelled: %s", self.live.worker, exc)
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     def _has_work(self) -> bool:
         return self.steps.has_work() or should_continue_as_new()

@@ -15,11 +15,18 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import DrainChange, WorkerStateChange
-    from reaper.core.contract import ReasonInput, WorkerState
+    from activities.types import DrainChange, RetireRequest, WorkerStateChange
+    from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, ReapInput, ReapResult, Timings
     from reaper.core.policy.fleet import FleetState
-    from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, reap_id, run_activity
+    from workflows.common import (
+        MISSING_ATTR,
+        STATE_ATTR,
+        WORKER_ATTR,
+        reap_id,
+        request_resync,
+        run_activity,
+    )
     from workflows.intake import ReportIntake
     from workflows.reap import WorkerReap
 
@@ -35,8 +42,9 @@ class LivenessSteps:
     def __init__(self, live: LivenessState, intake: ReportIntake) -> None:
         self.live = live
         self.intake = intake
-        self.drain_request: ReasonInput | None = None
-        """A ``drain`` signal not yet applied (never carried: the loop applies it first)."""
+        self.drain_change: DrainChange | None = None
+        """A ``drain`` or ``undrain`` not yet applied (never carried: the loop applies it
+        before it continues as new)."""
         self.shown: tuple[str, int] | None = None
         """Search attribute values last upserted."""
         self.fleet_seen: str | None = None
@@ -50,10 +58,21 @@ class LivenessSteps:
     # ---- what needs doing --------------------------------------------------------------
 
     def need_record(self) -> bool:
+        """A state change, a return, a new boot or a lagging ``last_heartbeat_at`` to write."""
         live = self.live
-        return live.last_heartbeat_at is not None and (
-            live.recorded_state is not live.state
-            or (live.state is WorkerState.running and live.recorded_return != live.returned_at))
+        if live.last_heartbeat_at is None or live.state is WorkerState.retired:
+            return False
+        if live.recorded_state is not live.state or live.recorded_boot_id != live.boot_id:
+            return True
+        if live.state is WorkerState.running and live.recorded_return != live.returned_at:
+            return True
+        lag = (live.last_heartbeat_at - (live.recorded_heartbeat_at or live.last_heartbeat_at))
+        return lag.total_seconds() >= self.timings.stall_after / 2
+
+    def need_retire(self) -> bool:
+        live = self.live
+        return (live.retire_request is not None and live.retire_retry_at is None
+                and live.state is not WorkerState.retired)
 
     def need_reap(self) -> bool:
         live = self.live
@@ -67,7 +86,8 @@ class LivenessSteps:
 
     def has_work(self) -> bool:
         """Whether :meth:`step` would do anything now."""
-        return (self.need_record() or self.need_reap() or self.drain_request is not None
+        return (self.need_record() or self.need_reap() or self.need_retire()
+                or self.drain_change is not None
                 or self.need_forward() or bool(self.intake.chunks)
                 or self.shown != self.attribute_values())
 
@@ -77,10 +97,15 @@ class LivenessSteps:
         judge()
         if self.need_record():
             await self.record_state()
-        if self.drain_request is not None:
+        if self.drain_change is not None:
             await self.apply_drain()
         if self.need_reap():
             await self.reap()
+        if self.need_retire():
+            await self.retire()
+            if self.live.state is WorkerState.retired:
+                self.show()
+                return
         if self.intake.chunks:
             await self.intake.stage_chunks()
         if self.need_forward():
@@ -98,7 +123,7 @@ class LivenessSteps:
             reason, actor = live.reap_request.reason, live.reap_request.actor
         back = live.returned_at if state is WorkerState.running else None
         before = live.recorded_state.value if live.recorded_state else "new"
-        fleet = await run_activity(
+        done = await run_activity(
             ReaperActivities.record_worker_state,
             WorkerStateChange(
                 worker=live.worker, state=state, at=live.state_since or workflow.now(),
@@ -109,27 +134,60 @@ class LivenessSteps:
             summary=f"{live.worker}: {before} -> {state.value}",
         )
         live.recorded_state = state
+        live.recorded_boot_id, live.recorded_heartbeat_at = live.boot_id, live.last_heartbeat_at
         if state is WorkerState.running:
             live.recorded_return = back
-        self.fleet_seen = fleet.state
-        if fleet.marks_cleared:
+        self.fleet_seen = done.fleet.state if done.fleet else None
+        if done.marks_cleared:
             # The return cleared every mark in Postgres: the missing counts shown (query
             # `state`, ReaperMissing) are 0 until the next report says otherwise.
             for status in live.collected.values():
                 status.missing, status.next_due = 0, None
 
     async def apply_drain(self) -> None:
-        """Set ``workers.draining``: nothing new is placed on this worker."""
+        """Set or clear ``workers.draining``: while set, nothing new is placed on the worker."""
         live = self.live
-        req, self.drain_request = self.drain_request, None
+        change, self.drain_change = self.drain_change, None
+        assert change is not None
+        verb = "drain" if change.draining else "undrain"
+        changed = await run_activity(ReaperActivities.set_draining, change,
+                                     summary=f"{verb} {live.worker}")
+        live.draining = change.draining
+        live.drain_reason = change.reason if change.draining else None
+        workflow.logger.info("%s of %s (changed=%s): %s", verb, live.worker, changed,
+                             change.reason)
+
+    async def retire(self) -> None:
+        """Retire the worker (§5.1): tasks reaped and replaced, handle rows destroyed, the
+        worker out of the fleet. On success the liveness ends; a refusal is retried later."""
+        live, t = self.live, self.timings
+        req = live.retire_request
         assert req is not None
-        changed = await run_activity(
-            ReaperActivities.set_draining,
-            DrainChange(worker=live.worker, draining=True, reason=req.reason, actor=req.actor),
-            summary=f"drain {live.worker}",
+        result = await run_activity(
+            ReaperActivities.retire_worker,
+            RetireRequest(worker=live.worker, reason=req.reason, actor=req.actor,
+                          automatic=live.retire_automatic, at=workflow.now(),
+                          retire_after=t.retire_after, dry_run=t.dry_run),
+            summary=f"retire {live.worker}: {req.reason}",
         )
-        live.draining, live.drain_reason = True, req.reason
-        workflow.logger.info("drain of %s (changed=%s): %s", live.worker, changed, req.reason)
+        for target in sorted({w for _, w in result.replacements}):
+            await request_resync(target)
+        done = result.refused in (None, "already retired") and not t.dry_run
+        if not done:
+            workflow.logger.warning("retirement of %s not done: %s", live.worker,
+                                    result.refused or "dry run")
+            if live.retire_automatic:  # the clock asks again; a dry run only once a period
+                later = t.retire_after if t.dry_run else t.stall_after
+                live.retire_retry_at = result.retry_at or (
+                    workflow.now() + timedelta(seconds=later))
+            else:
+                live.retire_request = None
+            return
+        live.retire_request, live.reap_request, live.reap_forced = None, None, False
+        live.state, live.state_since = WorkerState.retired, workflow.now()
+        live.retired_boot_id = live.boot_id
+        live.unforwarded.clear()
+        workflow.logger.info("%s retired: %s", live.worker, req.reason)
 
     async def reap(self) -> None:
         """Run a ``WorkerReap`` child; a refused reap is retried later (rules 5 and 6)."""

@@ -1,4 +1,4 @@
--- Dry run (issue 3, rule 7): what would be marked lives here, not on the user's rows.
+-- Dry run (REAPER_DRY_RUN): what would be marked lives here, not on the user's rows.
 CREATE TABLE reaper.dry_marks (
     worker        text NOT NULL,
     kind          text NOT NULL,
@@ -8,7 +8,7 @@ CREATE TABLE reaper.dry_marks (
     PRIMARY KEY (worker, kind, handle)
 );
 
--- Token bucket limiting automatic reaps fleet-wide (issue 3, rule 3).
+-- Token bucket limiting automatic reaps fleet-wide (REAPER_REAP_RATE, REAPER_REAP_BURST).
 CREATE TABLE reaper.reap_tokens (
     id         integer PRIMARY KEY CHECK (id = 1),
     tokens     double precision,

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     missing_ttl: Seconds = 300.0
     creating_timeout: Seconds = 3600.0
     disruption_threshold: float = 0.55
+    retire_after: Seconds = 86400.0
+    """A worker ``lost`` this long, its reap done, is retired automatically (CONTRACT.md
+    §5.1; Nomad's ``node_gc_threshold`` is 24 h); at least ``lost_after``."""
     # Beyond the contract (project's own design):
     resync_interval: Seconds = 30.0
     """An unchanged report is still diffed against the database this often, so rows the
@@ -130,8 +133,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"REAPER_DISRUPTION_THRESHOLD must be in (0, 1], got {self.disruption_threshold:g}"
             )
-        if self.resync_interval <= 0:
-            raise ValueError("REAPER_RESYNC_INTERVAL must be greater than 0")
+        if self.retire_after < self.lost_after:
+            raise ValueError(
+                "REAPER_RETIRE_AFTER must be at least REAPER_LOST_AFTER "
+                f"({self.retire_after:g}s < {self.lost_after:g}s)"
+            )
+        if self.resync_interval < self.heartbeat_interval:
+            raise ValueError(
+                "REAPER_RESYNC_INTERVAL must be at least REAPER_HEARTBEAT_INTERVAL "
+                f"({self.resync_interval:g}s < {self.heartbeat_interval:g}s)"
+            )
         if not 0 < self.max_drop_fraction <= 1:
             raise ValueError(
                 f"REAPER_MAX_DROP_FRACTION must be in (0, 1], got {self.max_drop_fraction:g}"

@@ -20,6 +20,8 @@ LIVENESS_WORKFLOW = "WorkerLiveness"
 HEARTBEAT_SIGNAL = "heartbeat"
 FORCE_REAP_SIGNAL = "force_reap"
 DRAIN_SIGNAL = "drain"
+UNDRAIN_SIGNAL = "undrain"
+RETIRE_SIGNAL = "retire"
 STATE_QUERY = "state"
 DEFAULT_TASK_QUEUE = "reaper"
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -80,6 +82,8 @@ class WorkerState(str, Enum):
     running = "running"
     stalled = "stalled"
     lost = "lost"
+    retired = "retired"
+    """Out of the fleet for good (CONTRACT.md §5.1): neither healthy nor unhealthy."""
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")

@@ -31,6 +31,7 @@ class Timings(BaseModel):
     lost_after: float = 300.0
     missing_ttl: float = 300.0
     creating_timeout: float = 3600.0
+    retire_after: float = 86400.0
     resync_interval: float = 30.0
     disruption_threshold: float = 0.55
     dry_run: bool = False
@@ -122,8 +123,16 @@ class LivenessState(BaseModel):
     """The state last written to Postgres; differs from ``state`` while a write is pending."""
     recorded_return: datetime | None = None
     """The ``returned_at`` last written to Postgres (its marks cleared as of that return)."""
+    recorded_boot_id: str | None = None
+    recorded_heartbeat_at: datetime | None = None
+    """``last_heartbeat_at`` as last written (it may lag by half of ``STALL_AFTER``, §5.3)."""
     draining: bool = False
     drain_reason: str | None = None
+    retired_boot_id: str | None = None
+    """The boot id the worker had when it was retired: its beats are ignored (§5.1)."""
+    retire_request: ReasonInput | None = None
+    retire_automatic: bool = False
+    retire_retry_at: datetime | None = None
     # -- reaping --
     reaps: int = 0
     """Reaps started so far; the next reap child is ``reap-{worker}-{reaps + 1}``."""
@@ -204,7 +213,8 @@ class ReapResult(BaseModel):
     retry_at: datetime | None = None
     lost_tasks: list[str] = Field(default_factory=list)
     replacements: list[tuple[str, str]] = Field(default_factory=list)
-    unplaced: int = 0
+    owed: int = 0
+    """Replacements created with no worker (no placeable worker): owed work (§5.1)."""
 
 
 LivenessInput.model_rebuild()

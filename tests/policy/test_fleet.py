@@ -7,7 +7,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reaper.core.policy.fleet import Bucket, FleetState, fleet_state, may_reap, take_reap_token
+from reaper.core.policy.fleet import (
+    Bucket,
+    FleetState,
+    fleet_state,
+    is_stray,
+    may_reap,
+    may_retire,
+    retire_due,
+    take_reap_token,
+)
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
 N, P, F = FleetState.normal, FleetState.partial, FleetState.full
@@ -77,3 +86,49 @@ def test_reaps_are_rate_limited(bucket, now, taken, retry):
     got, retry_at = take_reap_token(bucket, at(now), 1.0, 10)
     assert got == taken
     assert retry_at == (at(retry) if retry is not None else None)
+
+
+# May this worker be retired now? automatic, state, reap done, state since, fleet, now
+# -> (allowed, refused, retry at). RETIRE_AFTER is 1000 s here.
+MAY_RETIRE = [
+    (False, "running", False, 0, N, 1, (True, None, None)),     # operator or agent: at once
+    (False, "lost", False, 0, F, 1, (True, None, None)),        # no disruption guard
+    (False, "retired", True, 0, N, 1, (False, "already retired", None)),
+    (False, None, False, None, N, 1, (False, "unknown worker", None)),
+    (True, "lost", True, 0, N, 1000, (True, None, None)),       # lost for RETIRE_AFTER
+    (True, "lost", True, 0, N, 999, (False, "not lost for RETIRE_AFTER yet", 1000)),
+    (True, "lost", False, 0, N, 5000, (False, "worker is lost, not lost and reaped", None)),
+    (True, "lost", True, 0, F, 5000, (False, "fleet in full disruption", None)),
+    (True, "stalled", True, 0, N, 5000, (False, "worker is stalled, not lost and reaped", None)),
+    (True, "retired", True, 0, N, 5000, (False, "already retired", None)),
+]
+
+
+@pytest.mark.parametrize("automatic, state, reaped, since, fleet, now, expected", MAY_RETIRE)
+def test_when_a_worker_may_be_retired(automatic, state, reaped, since, fleet, now, expected):
+    verdict = may_retire(automatic, state, reaped, at(since) if since is not None else None,
+                         fleet, at(now), 1000)
+    retry = at(expected[2]) if expected[2] is not None else None
+    assert (verdict.allowed, verdict.refused, verdict.retry_at) == (*expected[:2], retry)
+
+
+@pytest.mark.parametrize(
+    "task, worker, reaped, fleet, stray",
+    [
+        ("running", "retired", False, N, True),
+        ("pending", "retired", False, P, True),
+        ("running", "lost", True, N, True),       # written after the reap (Kubernetes #12545)
+        ("running", "lost", False, N, False),     # the reap itself will take it
+        ("running", "stalled", True, N, False),
+        ("running", "running", True, N, False),
+        ("lost", "retired", True, N, False),
+        ("running", "retired", True, F, False),   # rule 6: not in full disruption
+        ("running", None, False, N, False),
+    ],
+)
+def test_stray_tasks_on_lost_or_retired_workers(task, worker, reaped, fleet, stray):
+    assert is_stray(task, worker, reaped, fleet) is stray
+
+
+def test_retire_due_counts_from_state_since():
+    assert retire_due(at(100), 86400) == at(86500)

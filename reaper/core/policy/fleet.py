@@ -114,3 +114,64 @@ def take_reap_token(
     if tokens < 1.0:
         return None, now + timedelta(seconds=(1.0 - tokens) / rate)
     return Bucket(tokens - 1.0, now), None
+
+
+HEALTHY = ("running",)
+UNHEALTHY = ("stalled", "lost")
+"""Worker states counted by rule 6; ``retired`` workers are out of the fleet (§5.1)."""
+
+
+def retire_due(state_since: datetime, retire_after: float) -> datetime:
+    """When a ``lost`` worker whose reap is done is retired automatically (UTC)."""
+    return state_since + timedelta(seconds=retire_after)
+
+
+def may_retire(
+    automatic: bool,
+    worker_state: str | None,
+    reap_done: bool,
+    state_since: datetime | None,
+    fleet: FleetState | str,
+    now: datetime,
+    retire_after: float,
+) -> ReapVerdict:
+    """Whether a worker may be retired now (CONTRACT.md §5.1).
+
+    An operator's or agent's ``retire`` acts at once, with no disruption guard and no rate
+    limit, for any known worker that is not retired already. An automatic retirement
+    (Nomad's node GC after ``node_gc_threshold``) needs the worker ``lost`` for
+    ``retire_after`` seconds since ``state_since``, its reap done, and the fleet not in full
+    disruption (like every automatic destroy, rule 6).
+
+    Args:
+        automatic: no operator asked; the controller's own decision.
+        worker_state: the recorded state, ``None`` for an unknown worker.
+        reap_done: the worker's tasks were reaped after it was lost.
+        state_since: when it entered ``worker_state`` (UTC).
+        fleet: the fleet's disruption state.
+        now: the controller's clock (UTC).
+        retire_after: ``REAPER_RETIRE_AFTER`` in seconds.
+    """
+    if worker_state is None:
+        return ReapVerdict(False, "unknown worker")
+    if worker_state == "retired":
+        return ReapVerdict(False, "already retired")
+    if not automatic:
+        return ReapVerdict(True)
+    if worker_state != "lost" or not reap_done or state_since is None:
+        return ReapVerdict(False, f"worker is {worker_state}, not lost and reaped")
+    if FleetState(fleet) is FleetState.full:
+        return ReapVerdict(False, "fleet in full disruption")
+    due = retire_due(state_since, retire_after)
+    if now < due:
+        return ReapVerdict(False, "not lost for RETIRE_AFTER yet", due)
+    return ReapVerdict(True)
+
+
+def is_stray(task_state: str, worker_state: str | None, reaped: bool, fleet: FleetState | str) -> bool:
+    """Whether a task is reaped as a stray: written ``running`` or ``pending`` onto a worker
+    that is already lost and reaped, or retired, by a scheduler with a stale view
+    (Kubernetes #12545). Not while the fleet is in full disruption (rule 6)."""
+    if task_state not in ("running", "pending") or FleetState(fleet) is FleetState.full:
+        return False
+    return worker_state == "retired" or (worker_state == "lost" and reaped)

@@ -63,7 +63,8 @@ def remember_boot(previous: list[str], old_boot_id: str | None) -> list[str]:
     return ([*previous, old_boot_id])[-MAX_REMEMBERED_BOOT_IDS:]
 
 
-RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2}
+RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2,
+        WorkerState.retired: 3}
 """Order of the liveness states: the clock only moves a worker up this order."""
 
 

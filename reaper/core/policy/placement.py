@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping, Sequence
 
 
 def place(candidates: Mapping[str, int], count: int) -> list[str]:
@@ -39,3 +39,24 @@ def deficit(desired: int, active: int, pretend_gone: int = 0) -> int:
         pretend_gone: tasks a dry run would have taken down, counted as gone.
     """
     return max(desired - active + pretend_gone, 0)
+
+
+def placeable(worker_state: str, draining: bool) -> bool:
+    """Whether new work may go to a worker: ``running`` and not draining (rule 5, §5.1)."""
+    return worker_state == "running" and not draining
+
+
+def place_owed(
+    owed: Sequence[tuple[str, str]], candidates: Mapping[str, int]
+) -> list[tuple[str, str]]:
+    """Place owed replacements, oldest first, each on the least loaded candidate (§5.1).
+
+    Args:
+        owed: ``(task_id, service)`` of ``pending`` tasks with no worker, oldest first.
+        candidates: placeable worker name -> its pending and running task count.
+
+    Returns:
+        ``(task_id, worker)`` for every task placed; none if there are no candidates.
+    """
+    chosen = place(candidates, len(owed))
+    return [(task_id, worker) for (task_id, _), worker in zip(owed, chosen)]

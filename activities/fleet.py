@@ -1,0 +1,112 @@
+"""The fleet as a whole: its disruption state (rule 6), owed work (§5.1) and stray tasks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+from temporalio import activity
+
+from activities.base import ActivityBase, write_events
+from activities.tasks import backfill, place_owed, take_down
+from activities.types import FleetView, UpkeepResult
+from reaper.core.policy.fleet import HEALTHY, UNHEALTHY, FleetState, fleet_state
+
+
+async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime) -> FleetView:
+    """Recompute the fleet's disruption state from ``reaper.workers`` and store it if changed.
+
+    Retired workers count neither way (§5.1). When the fleet leaves ``full`` disruption, ``recovered_at`` is set: every worker then gets
+    a fresh ``LOST_AFTER`` before it can be reaped (CONTRACT.md rule 6). Runs inside the
+    caller's transaction; the fleet row is locked so concurrent callers serialise.
+    ``at`` is the controller's (workflow) time of the change, UTC.
+    """
+    row = await conn.fetchrow(
+        "SELECT state, since, recovered_at FROM reaper.fleet WHERE id = 1 FOR UPDATE"
+    )
+    counts = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE state = ANY($1::text[])) AS healthy,"
+        " count(*) FILTER (WHERE state = ANY($2::text[])) AS unhealthy FROM reaper.workers",
+        list(HEALTHY), list(UNHEALTHY),
+    )
+    new = fleet_state(counts["healthy"], counts["unhealthy"], threshold)
+    since, recovered_at = row["since"], row["recovered_at"]
+    if new.value != row["state"]:
+        recovering = row["state"] == FleetState.full.value
+        stamp = await conn.fetchval(
+            "UPDATE reaper.fleet SET state = $1, since = $3,"
+            " recovered_at = CASE WHEN $2 THEN $3 ELSE recovered_at END"
+            " WHERE id = 1 RETURNING since",
+            new.value,
+            recovering,
+            at,
+        )
+        since = stamp
+        if recovering:
+            recovered_at = stamp
+        await write_events(
+            conn, None, "worker", "fleet", [None],
+            f"{row['state']} -> {new.value} ({counts['unhealthy']} of "
+            f"{counts['healthy'] + counts['unhealthy']} unhealthy)",
+        )
+    return FleetView(
+        state=new.value,
+        healthy=counts["healthy"],
+        unhealthy=counts["unhealthy"],
+        since=since,
+        recovered_at=recovered_at,
+    )
+
+
+class FleetActivities(ActivityBase):
+    """Activities called by ``FleetMonitor`` (``reaper-fleet``) and the liveness workflows."""
+
+    @activity.defn(name="fleet_status")
+    async def fleet_status(self, at: datetime) -> FleetView:
+        """The fleet's current disruption state (recomputed, stored if it changed)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            return await refresh_fleet(conn, self.settings.disruption_threshold, at)
+
+    @activity.defn(name="fleet_upkeep")
+    async def fleet_upkeep(self, at: datetime) -> UpkeepResult:
+        """Place owed work and reap strays; the fleet monitor runs it every heartbeat interval.
+
+        Owed replacements (``pending``, no worker) go to placeable workers (§5.1: within
+        ``2 x HEARTBEAT_INTERVAL`` of one becoming available). Tasks a scheduler wrote
+        ``running`` or ``pending`` onto a worker that is lost and reaped, or retired, are
+        reaped and replaced (``policy.fleet.is_stray``; Kubernetes #12545), except in full
+        disruption. Nothing happens in a dry run. Idempotent: each change is guarded.
+
+        Args:
+            at: the controller's (workflow) time, UTC.
+
+        Returns:
+            Tasks placed (``(task_id, worker)``), for the monitor to tell those workers.
+        """
+        if self.settings.dry_run:
+            return UpkeepResult()
+        async with self.pool.acquire() as conn, conn.transaction():
+            strays = await self._reap_strays(conn)
+            placed = await place_owed(conn)
+            return UpkeepResult(placed=[*strays, *placed])
+
+    async def _reap_strays(self, conn: asyncpg.Connection) -> list[tuple[str, str]]:
+        """Reap stray tasks (``policy.fleet.is_stray``, in SQL) and backfill their services."""
+        if await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1") == FleetState.full:
+            return []
+        hosts = await conn.fetch(
+            "SELECT DISTINCT w.name, w.state FROM reaper.workers w"
+            " JOIN reaper.tasks t ON t.worker = w.name AND t.state IN ('running', 'pending')"
+            " WHERE w.state = 'retired'"
+            "  OR (w.state = 'lost' AND w.reaped_at IS NOT NULL AND w.reaped_at >= w.state_since)"
+            " ORDER BY w.name FOR UPDATE OF w"
+        )
+        placed: list[tuple[str, str]] = []
+        for host in hosts:
+            stop = "worker-retired" if host["state"] == "retired" else "worker-lost"
+            rows = await take_down(conn, host["name"], stop,
+                                   f"stray: task on a {host['state']} worker", "reaper")
+            more, _ = await backfill(conn, [r["service"] for r in rows],
+                                     f"stray on {host['name']}", "reaper")
+            placed += more
+        return placed

@@ -1,0 +1,78 @@
+"""Retiring a worker: it leaves the fleet for good (CONTRACT.md §5.1)."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.base import ActivityBase, write_events
+from activities.fleet import refresh_fleet
+from activities.tasks import backfill, take_down
+from activities.types import RetireRequest
+from reaper.core.models import ReapResult
+from reaper.core.policy.fleet import may_retire
+
+_HOUSEKEEPING = (
+    "DELETE FROM reaper.unknown_handles WHERE worker = $1",
+    "DELETE FROM reaper.dry_marks WHERE worker = $1",
+    "DELETE FROM reaper.report_chunks WHERE worker = $1",
+)
+"""What reaper itself keeps of a worker, dropped with it."""
+
+
+class RetireActivities(ActivityBase):
+    """Activities called by ``WorkerLiveness`` when its worker is retired."""
+
+    @activity.defn(name="retire_worker")
+    async def retire_worker(self, req: RetireRequest) -> ReapResult:
+        """Retire ``req.worker`` in one transaction, if ``policy.fleet.may_retire`` allows.
+
+        Its ``running`` and ``pending`` tasks become ``lost`` (``stop_reason``
+        ``worker-retired``) and their services are backfilled (rule 5); its ``containers``
+        and ``volumes`` rows are deleted, one ``destroyed`` event each naming the
+        retirement; ``workers.state`` becomes ``retired`` (an ``events`` row ``state``,
+        ``... -> retired: reason``); the fleet's disruption state is recomputed without it.
+        In a dry run only ``would-`` events are written. Idempotent: a retry finds the
+        worker retired and changes nothing (``refused`` says so).
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(
+                "SELECT state, state_since, reaped_at FROM reaper.workers WHERE name = $1"
+                " FOR UPDATE", req.worker,
+            )
+            fleet = await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1")
+            state = row["state"] if row else None
+            reap_done = bool(row and row["reaped_at"] and row["reaped_at"] >= row["state_since"])
+            verdict = may_retire(req.automatic, state, reap_done,
+                                 row["state_since"] if row else None, fleet, req.at,
+                                 req.retire_after)
+            if not verdict.allowed:
+                return ReapResult(refused=verdict.refused, retry_at=verdict.retry_at)
+            why = f"retired: {req.reason}" if req.reason else "retired"
+            rows = await take_down(conn, req.worker, "worker-retired", why, req.actor,
+                                   dry_run=req.dry_run)
+            services = [r["service"] for r in rows]
+            placed, owed = await backfill(
+                conn, services, f"retirement of {req.worker}", req.actor,
+                dry_run=req.dry_run, assume_inactive=services if req.dry_run else (),
+            )
+            for kind, table in (("container", "reaper.containers"), ("volume", "reaper.volumes")):
+                verb = "SELECT handle FROM" if req.dry_run else "DELETE FROM"
+                tail = " ORDER BY handle" if req.dry_run else " RETURNING handle"
+                gone = [r["handle"] for r in await conn.fetch(
+                    f"{verb} {table} WHERE worker = $1{tail}", req.worker)]
+                await write_events(conn, req.worker, kind, "destroyed", sorted(gone), why,
+                                   req.actor, dry_run=req.dry_run)
+            await write_events(conn, req.worker, "worker", "state", [req.worker],
+                               f"{state} -> retired: {req.reason}", req.actor,
+                               dry_run=req.dry_run)
+            if not req.dry_run:
+                for statement in _HOUSEKEEPING:
+                    await conn.execute(statement, req.worker)
+                await conn.execute(
+                    "UPDATE reaper.workers SET state = 'retired', state_since = $2,"
+                    " draining = false WHERE name = $1",
+                    req.worker, req.at,
+                )
+                await refresh_fleet(conn, self.settings.disruption_threshold, req.at)
+            return ReapResult(lost_tasks=[r["id"] for r in rows], replacements=placed,
+                              owed=owed)
