@@ -1,21 +1,17 @@
-"""Helpers for tests: building beats, signal-with-start, polling with a deadline."""
+"""Heartbeats as an agent sends them (CONTRACT.md §2), and the `state` query it reads back."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from reaper.core.contract import StateView
-
 from reaper.core.models import LivenessInput
+from tests.support.polling import eventually
 from workflows import WorkerLiveness
-from workflows.common import liveness_id
-
-T = TypeVar("T")
+from workflows.common import collector_id, liveness_id
 
 
 def beat(worker: str, seq: int, boot_id: str = "boot-1", **reports: Any) -> dict[str, Any]:
@@ -42,22 +38,23 @@ async def query_state(client: Client, worker: str) -> StateView:
     )
 
 
-async def eventually(fn: Callable[[], Awaitable[T]], check: Callable[[T], bool],
-                     timeout: float = 20.0, what: str = "condition", poll: float = 0.05) -> T:
-    """Poll ``fn`` until ``check`` holds, or fail after ``timeout`` real seconds."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        try:
-            last = await fn()
-        except RPCError as exc:
-            # The time-skipping test server now and then lets a query time out while it
-            # moves time; ask again (a real failure still ends at the deadline).
-            if "deadline" not in str(exc).lower() and "timeout" not in str(exc).lower():
-                raise
-            await asyncio.sleep(poll)
-            continue
-        if check(last):
-            return last
-        await asyncio.sleep(poll)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0) -> StateView:
+    """Wait until every report ``worker``'s liveness forwarded has been reconciled by its
+    collector (`processed` equals the liveness's ``forwarded_reports``, `backlog` empty)."""
+    async def snapshot() -> tuple[StateView, int, int]:
+        st = await query_state(client, worker)
+        processed, backlog = 0, 0
+        if st.forwarded_reports:
+            try:
+                h = client.get_workflow_handle(collector_id(worker))
+                processed = await h.query("processed", result_type=int)
+                backlog = await h.query("backlog", result_type=int)
+            except RPCError:
+                processed = -1
+        return st, processed, backlog
+
+    st, _, _ = await eventually(
+        snapshot,
+        lambda t: t[0].pending_reports == 0 and t[1] == t[0].forwarded_reports and t[2] == 0,
+        timeout=timeout, what=f"reports of {worker} reconciled")
+    return st

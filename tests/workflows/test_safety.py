@@ -15,10 +15,11 @@ from typing import Any
 from activities import ReaperActivities
 from activities.types import ReapRequest, ReconcileInput, WorkerStateChange
 from reaper.core.contract import WorkerState
-from tests.conftest import fleet_with, make_settings
-from tests.helpers import eventually, send
-from tests.test_gc import insert, rows
-from tests.test_reap import setup_service, task_states
+from tests.support.controller import make_settings
+from tests.support.fleet import fleet_with
+from tests.support.heartbeats import send
+from tests.support.polling import eventually
+from tests.support.scheduler import insert, rows, setup_service, task_states
 
 TTL = 300
 LOST = 300

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from temporalio.api.common.v1 import Payload
 
 from reaper.core.protocol import build_beats
 from reaper.core.protocol import report_digest
-from tests.helpers import query_state
 
 TTL = 300
 PAYLOAD_LIMIT = 256 * 1024
