@@ -161,7 +161,7 @@ async def test_continue_as_new_loses_no_heartbeat_and_keeps_search_attributes(de
 async def test_chunked_reports_complete_across_continue_as_new(dev_env, pool, controller_proc):
     """Chunks of large reports sent back to back while the liveness continues as new every
     ~30 events: every report completes (its digest becomes the controller's), and exactly
-    the handles the last one lacks are marked (issue 4; the time-skipping server mishandles
+    the handles the last one lacks are marked (large reports; the time-skipping server mishandles
     signals that race a continue-as-new, so this runs on the real dev server)."""
     from reaper.core.protocol import build_beats
     from reaper.core.protocol import report_digest

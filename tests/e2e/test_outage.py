@@ -1,4 +1,4 @@
-"""Issue 3, rule 4: an outage longer than LOST_AFTER reaps nobody who beats again in time.
+"""An outage longer than LOST_AFTER reaps nobody who beats again in time.
 
 "If the controller, Postgres or the Temporal server is down for longer than LOST_AFTER, no
 worker that heartbeats again within STALL_AFTER of recovery is reaped, and nothing is marked
@@ -307,7 +307,7 @@ async def evidence(pool: asyncpg.Pool, controller: ControllerProcess) -> str:
 
 
 async def assert_nobody_reaped(pool: asyncpg.Pool, client: Client, agents: Agents) -> None:
-    """Rule 4's verdict: nobody lost, nothing reaped, replaced, destroyed or marked missing."""
+    """The verdict: nobody lost, nothing reaped, replaced, destroyed or marked missing."""
     workers = list(agents.reports)
     events = [dict(r) for r in await pool.fetch(
         "SELECT worker, action, reason FROM reaper.events ORDER BY id")]
@@ -342,7 +342,7 @@ async def assert_nobody_reaped(pool: asyncpg.Pool, client: Client, agents: Agent
 async def verdict(name: str, pool: asyncpg.Pool, client: Client, agents: Agents,
                   controller: ControllerProcess, recovery: dict[str, float],
                   notes: str = "") -> None:
-    """Recovery, then rule 4's verdict; a failure carries the events and the controller log."""
+    """Recovery, then the verdict; a failure carries the events and the controller log."""
     try:
         delays = await recovered(pool, client, agents, recovery)
         await assert_nobody_reaped(pool, client, agents)
@@ -413,7 +413,7 @@ async def stop_at_continue_as_new(controller: ControllerProcess, client: Client,
 # ---- the tests ----------------------------------------------------------------------------
 
 
-async def test_rule4_temporal_server_down_longer_than_lost_after_reaps_nobody(
+async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
         own_temporal, db_url, pool, tmp_path):
     server, client = own_temporal
     ctl = ControllerProcess(server.address, db_url, tmp_path / "controller.log", FAST)
@@ -441,7 +441,7 @@ async def test_rule4_temporal_server_down_longer_than_lost_after_reaps_nobody(
         ctl.stop()
 
 
-async def test_rule4_postgres_down_longer_than_lost_after_reaps_nobody(
+async def test_postgres_down_longer_than_lost_after_reaps_nobody(
         dev_env, own_postgres, tmp_path):
     pg, url = own_postgres
     client = dev_env.client
@@ -471,11 +471,12 @@ async def test_rule4_postgres_down_longer_than_lost_after_reaps_nobody(
 
 
 @pytest.mark.parametrize("kill_at", ["idle", "continue-as-new"])
-async def test_rule4_controller_down_longer_than_lost_after_reaps_nobody(
+async def test_controller_down_longer_than_lost_after_reaps_nobody(
         dev_env, db_url, pool, tmp_path, kill_at):
     """``idle``: SIGKILLed while ``c``'s liveness waits on its deadline timer, early in a run
     (the common case). ``continue-as-new``: SIGKILLed right after ``c``'s liveness continued
-    as new, before its new run's first workflow task (rule 8: a restart "at any point")."""
+    as new, before its new run's first workflow task (CONTRACT.md rule 8: a restart "at any
+    point")."""
     client = dev_env.client
     ctl = ControllerProcess(client.service_client.config.target_host, db_url,
                             tmp_path / "controller.log", FAST)

@@ -1,4 +1,4 @@
-"""Issue 4: reports of any size without a payload over 256 KiB (chunks, digests, staging)."""
+"""Reports of any size without a payload over 256 KiB (chunks, digests, staging)."""
 
 from __future__ import annotations
 
