@@ -13,7 +13,7 @@ import uuid
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from tests.support.heartbeats import beat, query_state, send
+from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess
 
@@ -76,7 +76,10 @@ async def test_rule8_destroy_survives_controller_kill_during_ttl_wait(dev_env, p
             "SELECT missing_since FROM reaper.volumes WHERE handle = 'v-2'"),
             lambda v: v is not None, timeout=60, what="v-2 marked")
         controller_proc.kill()                 # the collector is waiting out the TTL
-        await asyncio.sleep(5)                 # the TTL runs out while no controller runs
+        # v-2 falls due (MISSING_TTL 4 s after its mark) while no controller runs
+        await eventually(lambda: pool.fetchval(
+            "SELECT now() >= missing_since + interval '4 seconds' FROM reaper.volumes"
+            " WHERE handle = 'v-2'"), bool, timeout=30, poll=0.1, what="v-2 due")
         assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-2'") == 1
         controller_proc.start()
         loop = asyncio.get_running_loop()
@@ -84,7 +87,7 @@ async def test_rule8_destroy_survives_controller_kill_during_ttl_wait(dev_env, p
         await eventually(lambda: pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-2'"),
                          lambda n: n == 0, timeout=60, what="v-2 destroyed after restart")
         assert loop.time() - restarted < 30, "work resumed later than 30 s after restart"
-        await asyncio.sleep(3)                 # more beats and resyncs: still exactly once
+        await beats_handled(client, w, 3)      # more beats and resyncs: still exactly once
     assert await _events(pool, "destroyed") == [("volume", "v-2")]
     assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-1'") == 1
 
@@ -113,7 +116,8 @@ async def test_rule8_reap_survives_controller_kill_mid_reap(dev_env, pool, contr
         controller_proc.start()
         await eventually(lambda: pool.fetch("SELECT id FROM reaper.tasks WHERE replaces='t-a'"),
                          lambda r: len(r) == 1, timeout=60, what="one replacement")
-        await asyncio.sleep(3)
+        for survivor in (b, c):                # more beats handled: still one reap, one replacement
+            await beats_handled(client, survivor, 3)
     assert await _events(pool, "lost") == [("task", "t-a")]
     assert len(await _events(pool, "replaced")) == 1
     active = await pool.fetchval(

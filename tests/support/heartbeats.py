@@ -38,6 +38,23 @@ async def query_state(client: Client, worker: str) -> StateView:
     )
 
 
+async def beats_handled(client: Client, worker: str, n: int, timeout: float = 60.0) -> StateView:
+    """Wait until ``worker``'s liveness has handled ``n`` more beats than it had now (the
+    `state` query's ``last_seq``; same boot) and its collector has reconciled every report
+    forwarded meanwhile (`processed`). Use it where a test would otherwise sleep and then
+    assert that nothing else happened: this waits for the controller to have had its chance."""
+    start = await eventually(lambda: query_state(client, worker),
+                             lambda s: s.last_seq is not None, timeout=timeout,
+                             what=f"a beat of {worker} handled")
+    assert start.last_seq is not None
+    want = start.last_seq + n
+    await eventually(lambda: query_state(client, worker),
+                     lambda s: s.boot_id != start.boot_id
+                     or (s.last_seq is not None and s.last_seq >= want),
+                     timeout=timeout, poll=0.1, what=f"{n} more beats of {worker} handled")
+    return await reports_reconciled(client, worker, timeout=timeout)
+
+
 async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0) -> StateView:
     """Wait until every report ``worker``'s liveness forwarded has been reconciled by its
     collector (`processed` equals the liveness's ``forwarded_reports``, `backlog` empty)."""
