@@ -15,24 +15,21 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/reaper run
 
-# Two pytest processes: the time-skipping test server and the dev server are never started in
-# the same process (the SDK misbehaves with two environments alive in one process, ENV.md).
-# The property tests run derandomized here (the same examples on every run, so a red CI is
-# reproducible); `make property` explores new random timelines.
-TIMESKIP_TESTS := tests/test_gc.py tests/test_reap.py tests/test_safety.py \
-	tests/test_large_reports.py tests/test_replay.py tests/test_property.py
-
+# Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
+# dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
+# environments alive in one process, ENV.md). The property tests run derandomized here (the
+# same examples on every run, so a red CI is reproducible); `make property` explores new
+# random timelines.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
-		tests/test_rules.py $(TIMESKIP_TESTS)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests \
-		$(foreach f,$(TIMESKIP_TESTS) tests/test_rules.py,--ignore=$(f))
+		tests/test_rules.py tests/policy tests/activities tests/workflows
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 
 # Random timelines through the real workflows against the reference model, many more than in
 # `make test` (REAPER_TIMELINE_EXAMPLES, default here 200; about 3-4 s each).
 property: $(STAMP)
 	REAPER_TIMELINE_EXAMPLES=$${REAPER_TIMELINE_EXAMPLES:-200} \
-		$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_property.py
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/workflows/test_property.py
 
 demo: $(STAMP)
 	$(BIN)/reaper demo

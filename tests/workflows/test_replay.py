@@ -3,7 +3,7 @@ for ever, so a code change that alters the command sequence of a running history
 gated with ``workflow.patched``). A failing replay here means exactly that.
 
 Regenerate the stored histories (only when a change is meant to be incompatible and no
-deployment runs the old code): ``REAPER_RECORD_HISTORIES=1 pytest tests/test_replay.py``.
+deployment runs the old code): ``REAPER_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.test_gc import insert
-from tests.test_reap import setup_service
+from tests.support.scheduler import insert, setup_service
 from workflows import ALL_WORKFLOWS
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -1,6 +1,7 @@
-"""Issue 3: reaping that stays safe under stalls, races, bad reports and operator actions.
+"""Reaping that stays safe under stalls, races, bad reports and operator actions.
 
-Each test is named after the rule it proves. Time-skipping server; timings heartbeat 10 s,
+Each test is named after the behaviour it proves, or after the CONTRACT.md §4 rule it checks
+(``test_ruleN_...``). Time-skipping server; timings heartbeat 10 s,
 stalled 30 s, lost 300 s, MISSING_TTL 300 s unless a test overrides them.
 """
 
@@ -15,16 +16,17 @@ from typing import Any
 from activities import ReaperActivities
 from activities.types import ReapRequest, ReconcileInput, WorkerStateChange
 from reaper.core.contract import WorkerState
-from tests.conftest import fleet_with, make_settings
-from tests.helpers import eventually, send
-from tests.test_gc import insert, rows
-from tests.test_reap import setup_service, task_states
+from tests.support.controller import make_settings
+from tests.support.fleet import fleet_with
+from tests.support.heartbeats import send
+from tests.support.polling import eventually
+from tests.support.scheduler import insert, rows, setup_service, task_states
 
 TTL = 300
 LOST = 300
 
 
-async def test_rule1_stuck_creating_row_failed_and_collected_after_creating_timeout(time_env, pool):
+async def test_stuck_creating_row_failed_and_collected_after_creating_timeout(time_env, pool):
     # CREATING_TIMEOUT 10 min here (1 h by default) keeps the run short.
     async with fleet_with(time_env, pool, creating_timeout=600) as fleet:
         await _stuck_creating(fleet)
@@ -45,7 +47,7 @@ async def _stuck_creating(fleet) -> None:
     assert [tuple(e) for e in ev] == [("c-stuck", "destroyed", "creating-timeout")]
 
 
-async def test_rule2_stalled_worker_handles_never_destroyed_and_first_report_decides(fleet):
+async def test_rule4_stalled_worker_handles_never_destroyed_and_first_report_decides(fleet):
     w, x, y = fleet.name("w"), fleet.name("x"), fleet.name("y")
     await insert(fleet.pool, "volumes", w, ["v-1", "v-2"])
     await fleet.beat(w, volumes=["v-1"])            # v-2 marked
@@ -62,7 +64,7 @@ async def test_rule2_stalled_worker_handles_never_destroyed_and_first_report_dec
     assert await fleet.pool.fetchval("SELECT count(*) FROM reaper.events WHERE action='destroyed'") == 0
 
 
-async def test_rule5_new_boot_with_wiped_state_marks_old_handles_on_first_report(fleet):
+async def test_new_boot_with_wiped_state_marks_old_handles_on_first_report(fleet):
     w = fleet.name("w")
     handles = [f"c-{i}" for i in range(20)]
     await insert(fleet.pool, "containers", w, handles)
@@ -74,7 +76,7 @@ async def test_rule5_new_boot_with_wiped_state_marks_old_handles_on_first_report
     assert st.boot_id == fleet.boot[w]
 
 
-async def test_rule6_mass_drop_marks_nothing_until_a_second_report_confirms(fleet):
+async def test_mass_drop_report_marks_nothing_until_a_second_report_confirms(fleet):
     w = fleet.name("w")
     handles = [f"c-{i}" for i in range(20)]
     await insert(fleet.pool, "containers", w, handles)
@@ -87,7 +89,7 @@ async def test_rule6_mass_drop_marks_nothing_until_a_second_report_confirms(flee
     assert sorted(h for h, v in marked.items() if v is not None) == sorted(handles[5:])
 
 
-async def test_rule6_empty_report_from_a_worker_holding_many_is_held(fleet):
+async def test_empty_report_from_a_worker_holding_many_is_held(fleet):
     w = fleet.name("w")
     handles = [f"v-{i}" for i in range(30)]
     await insert(fleet.pool, "volumes", w, handles)
@@ -100,7 +102,7 @@ async def test_rule6_empty_report_from_a_worker_holding_many_is_held(fleet):
     assert len(await rows(fleet.pool, "volumes", w)) == 30
 
 
-async def test_rule6_small_drop_is_trusted_at_once(fleet):
+async def test_small_drop_is_trusted_at_once(fleet):
     w = fleet.name("w")
     handles = [f"c-{i}" for i in range(20)]
     await insert(fleet.pool, "containers", w, handles)
@@ -110,7 +112,7 @@ async def test_rule6_small_drop_is_trusted_at_once(fleet):
     assert sorted(h for h, v in marked.items() if v is not None) == sorted(handles[-3:])
 
 
-async def test_rule7_dry_run_records_would_actions_and_changes_nothing(time_env, pool):
+async def test_dry_run_records_would_actions_and_changes_nothing(time_env, pool):
     async with fleet_with(time_env, pool, dry_run=True) as fleet:
         a, b = fleet.name("a"), fleet.name("b")
         await insert(pool, "volumes", a, ["v-1", "v-2"])
@@ -133,7 +135,7 @@ async def test_rule7_dry_run_records_would_actions_and_changes_nothing(time_env,
         assert n == 1, "a would-destroy recorded more than once"
 
 
-async def test_rule3_automatic_reaps_are_rate_limited(time_env, pool):
+async def test_automatic_reaps_are_rate_limited(time_env, pool):
     async with fleet_with(time_env, pool, reap_rate=0.01, reap_burst=1,
                           disruption_threshold=1.0) as fleet:
         a, b, c = fleet.name("a"), fleet.name("b"), fleet.name("c")
@@ -149,7 +151,7 @@ async def test_rule3_automatic_reaps_are_rate_limited(time_env, pool):
         assert sorted(lost) == ["t-a", "t-b"]
 
 
-async def test_rule8_forced_reap_bypasses_disruption_guard_and_records_who(fleet):
+async def test_forced_reap_bypasses_disruption_guard_and_records_who(fleet):
     a, b = fleet.name("a"), fleet.name("b")
     await setup_service(fleet.pool, "web", {a: ["t-a"], b: ["t-b"]})
     await fleet.pool.execute("UPDATE reaper.tasks SET state = 'running'")
@@ -167,7 +169,7 @@ async def test_rule8_forced_reap_bypasses_disruption_guard_and_records_who(fleet
     assert (await task_states(fleet.pool))["t-b"][1] == "running"
 
 
-async def test_rule8_forced_reap_refused_for_worker_that_never_beat(fleet):
+async def test_forced_reap_refused_for_worker_that_never_beat(fleet):
     w = fleet.name("w")
     st = await fleet.raw(w, {"worker": w, "seq": "bad"})        # exists, never beat validly
     await fleet.client.get_workflow_handle(f"liveness-{w}").signal("force_reap", {"reason": "x"})
@@ -176,7 +178,7 @@ async def test_rule8_forced_reap_refused_for_worker_that_never_beat(fleet):
     assert await fleet.pool.fetchval("SELECT count(*) FROM reaper.events") == 0
 
 
-async def test_rule5_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool):
+async def test_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool):
     """The reap (one transaction) and a returning worker's report race on Postgres."""
     acts = ReaperActivities(pool, make_settings())
     from datetime import datetime, timezone
@@ -214,8 +216,8 @@ async def test_rule5_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reape
 
 async def test_rule4_return_clears_marks_and_the_missing_count_shown(fleet):
     """CONTRACT §2: query `state` `missing` is the count of handles marked now. A return
-    clears every mark (rule 4); the count shown (and ReaperMissing) follows at once, not at
-    the next reconciled report. Found by the timelines of tests/test_property.py."""
+    clears every mark (CONTRACT.md rule 4); the count shown (and ReaperMissing) follows at
+    once, not at the next reconciled report. Found by the timelines of tests/test_property.py."""
     w = fleet.name("w")
     now = await fleet.env.get_current_time()
     await fleet.pool.execute(
@@ -233,7 +235,7 @@ async def test_rule4_return_clears_marks_and_the_missing_count_shown(fleet):
     assert (await fleet.state(w)).state == "stalled"
     st = await fleet.beat(w)                           # back, liveness only
     assert st.state == "running"
-    # Rule 4: time stalled does not count, the marks restart: none is left in Postgres.
+    # CONTRACT.md rule 4: time stalled does not count, the marks restart: none is left in Postgres.
     await eventually(marked, lambda n: n == 0, what="marks cleared by the return")
     await fleet.advance(20, beating={w: {}})           # it goes on beating, liveness only
     await eventually(lambda: fleet.state(w), lambda s: s.missing == 0, timeout=5.0,
@@ -313,8 +315,8 @@ async def table_unavailable(pool, table: str):
 async def test_rule4_silence_the_busy_liveness_did_not_judge_still_counts_as_a_stall(fleet):
     """The liveness is stuck in an activity (a drain whose event write fails) while the worker
     is silent for longer than STALL_AFTER, so no timer got to judge it stalled. Its next beat
-    is still a return: marks made before the silence are cleared (rule 4) and Postgres shows
-    the worker running since the return."""
+    is still a return: marks made before the silence are cleared (CONTRACT.md rule 4) and
+    Postgres shows the worker running since the return."""
     w = fleet.name("w")
     await insert(fleet.pool, "containers", w, ["c-1", "c-2"])
     await fleet.beat(w, containers=["c-1"])
@@ -339,10 +341,11 @@ async def test_rule4_silence_the_busy_liveness_did_not_judge_still_counts_as_a_s
     assert since >= t1, f"running since {since}, not since the return at {t1}"
 
 
-async def test_rule8_forced_reap_is_not_undone_by_a_beat_right_after_it(fleet):
+async def test_forced_reap_is_not_undone_by_a_beat_right_after_it(fleet):
     """An operator force-reaps a worker that is still beating; its next beat lands before the
     controller acted on the request. The reap still happens (the worker stays lost until it
-    is done), and the worker then returns with its reaped task as an orphan (rule 7)."""
+    is done), and the worker then returns with its reaped task as an orphan (CONTRACT.md
+    rule 7)."""
     a, b = fleet.name("a"), fleet.name("b")
     await setup_service(fleet.pool, "web", {a: ["t-a"], b: ["t-b"]})
     await fleet.pool.execute("UPDATE reaper.tasks SET state = 'running'"

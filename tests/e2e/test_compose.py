@@ -2,7 +2,7 @@
 
 There is no Docker engine on the project's machines (ENV.md), so the compose stack cannot be
 started here: it is parsed, validated against a JSON schema of the Compose file format subset
-the project uses (tests/data/compose-subset.schema.json, written for this project; services and
+the project uses (tests/e2e/data/compose-subset.schema.json, written for this project; services and
 health checks reject unknown keys) and checked for pinned images, health checks,
 healthy-dependency ordering and a controller environment that only uses contract variables.
 """
@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from reaper.core.config import Settings, parse_duration
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 SCHEMA = Path(__file__).resolve().parent / "data" / "compose-subset.schema.json"

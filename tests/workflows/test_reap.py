@@ -5,23 +5,9 @@ Timings: heartbeat 10 s, stalled after 30 s, lost after 300 s, disruption thresh
 
 from __future__ import annotations
 
+from tests.support.scheduler import setup_service, task_states
+
 LOST = 300
-
-
-async def setup_service(pool, service: str, placements: dict[str, list[str]]) -> None:
-    total = sum(len(t) for t in placements.values())
-    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)",
-                       service, total)
-    for worker, tasks in placements.items():
-        for t in tasks:
-            await pool.execute(
-                "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1,$2,$3,'pending')",
-                t, service, worker)
-
-
-async def task_states(pool) -> dict[str, tuple]:
-    return {r["id"]: (r["worker"], r["state"], r["stop_reason"], r["replaces"])
-            for r in await pool.fetch("SELECT * FROM reaper.tasks")}
 
 
 async def test_rule5_pending_task_becomes_running_when_reported(fleet):
@@ -102,7 +88,7 @@ async def test_rule5_force_reap_now_with_operator_reason(fleet):
     await fleet.client.get_workflow_handle(f"liveness-{a}").signal(
         "force_reap", {"reason": "host decommissioned", "actor": "alice"})
     tasks = {}
-    from tests.helpers import eventually
+    from tests.support.polling import eventually
     tasks = await eventually(lambda: task_states(fleet.pool),
                              lambda t: t["t-a"][1] == "lost", what="forced reap")
     ev = await fleet.pool.fetchrow(

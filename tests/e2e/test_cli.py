@@ -17,13 +17,14 @@ from urllib.request import urlopen
 import asyncpg
 import psutil
 import pytest
-from conftest import controller, make_settings
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.agent import Agent
 from reaper.stack import free_port, is_listening
-from tests.helpers import eventually, query_state
+from tests.support.controller import controller, make_settings
+from tests.support.heartbeats import query_state
+from tests.support.polling import eventually
 
 FAST = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5,
             resync_interval=0.4)

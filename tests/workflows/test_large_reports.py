@@ -1,12 +1,10 @@
-"""Issue 4: reports of any size without a payload over 256 KiB (chunks, digests, staging)."""
+"""Reports of any size without a payload over 256 KiB (chunks, digests, staging)."""
 
 from __future__ import annotations
 
-from temporalio.api.common.v1 import Payload
 
 from reaper.core.protocol import build_beats
 from reaper.core.protocol import report_digest
-from tests.helpers import query_state
 
 TTL = 300
 PAYLOAD_LIMIT = 256 * 1024

@@ -1,35 +1,15 @@
 """Report GC under the time-skipping server: CONTRACT.md rules 1-4, one test per rule.
 
-Timings (tests/conftest.py make_settings): heartbeat 10 s, stalled after 30 s, lost after
+Timings (tests/support/controller.py make_settings): heartbeat 10 s, stalled after 30 s, lost after
 300 s, MISSING_TTL 300 s, resync 30 s.
 """
 
 from __future__ import annotations
 
-from tests.helpers import eventually
+from tests.support.polling import eventually
+from tests.support.scheduler import insert, rows
 
 TTL = 300
-
-
-async def rows(pool, table: str, worker: str) -> dict[str, object]:
-    key = "id" if table == "tasks" else "handle"
-    return {
-        r[key]: r["missing_since"]
-        for r in await pool.fetch(
-            f"SELECT {key}, missing_since FROM reaper.{table} WHERE worker = $1", worker
-        )
-    }
-
-
-async def insert(pool, table: str, worker: str, handles: list[str], state: str = "created",
-                 at=None):
-    """Rows as the scheduler inserts them; ``at`` stamps their state change (the test
-    server's clock runs ahead of Postgres', so tests that care pass the workflow time)."""
-    await pool.executemany(
-        f"INSERT INTO reaper.{table} (handle, worker, state, state_changed_at)"
-        " VALUES ($1, $2, $3, COALESCE($4::timestamptz, now()))",
-        [(h, worker, state, at) for h in handles],
-    )
 
 
 async def test_rule4_missing_volume_destroyed_after_ttl_and_not_before(fleet):

@@ -1,6 +1,6 @@
 """Durability on a real dev server and a real controller process (CONTRACT.md rule 8).
 
-The dev server suggests continue-as-new every ~30 events here (tests/conftest.py), so these
+The dev server suggests continue-as-new every ~30 events here (tests/e2e/conftest.py), so these
 tests also cross many run boundaries. Time is real: short timings, polled with deadlines.
 """
 
@@ -8,20 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from tests.helpers import beat, eventually, query_state, send
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.heartbeats import beat, beats_handled, query_state, send
+from tests.support.polling import eventually
+from tests.support.processes import ControllerProcess
 
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",
@@ -30,36 +24,6 @@ FAST = {
     "REAPER_MISSING_TTL": "4s",
     "REAPER_RESYNC_INTERVAL": "1s",
 }
-
-
-class ControllerProcess:
-    """``python worker.py`` as a real child process that a test can SIGKILL and restart."""
-
-    def __init__(self, address: str, db_url: str, task_queue: str, log: Path) -> None:
-        self.env = {**os.environ, **FAST, "REAPER_TEMPORAL_ADDRESS": address,
-                    "REAPER_DATABASE_URL": db_url, "REAPER_TASK_QUEUE": task_queue}
-        self.log = log
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        out = open(self.log, "a")
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT,
-                                     env=self.env, stdout=out, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
 
 
 class Agents:
@@ -91,8 +55,7 @@ class Agents:
 @pytest.fixture
 def controller_proc(dev_env, db_url, tmp_path) -> ControllerProcess:
     address = dev_env.client.service_client.config.target_host
-    tq = f"tq-{uuid.uuid4().hex[:8]}"
-    proc = ControllerProcess(address, db_url, tq, tmp_path / "controller.log")
+    proc = ControllerProcess(address, db_url, tmp_path / "controller.log", FAST)
     yield proc
     proc.stop()
 
@@ -107,13 +70,16 @@ async def test_rule8_destroy_survives_controller_kill_during_ttl_wait(dev_env, p
     w = f"w-{uuid.uuid4().hex[:6]}"
     await pool.execute("INSERT INTO reaper.volumes (handle, worker) VALUES ('v-1', $1), ('v-2', $1)", w)
     controller_proc.start()
-    with Agents(client, controller_proc.env["REAPER_TASK_QUEUE"]) as agents:
+    with Agents(client, controller_proc.task_queue) as agents:
         agents.reports[w] = {"volumes": ["v-1"]}
         await eventually(lambda: pool.fetchval(
             "SELECT missing_since FROM reaper.volumes WHERE handle = 'v-2'"),
             lambda v: v is not None, timeout=60, what="v-2 marked")
         controller_proc.kill()                 # the collector is waiting out the TTL
-        await asyncio.sleep(5)                 # the TTL runs out while no controller runs
+        # v-2 falls due (MISSING_TTL 4 s after its mark) while no controller runs
+        await eventually(lambda: pool.fetchval(
+            "SELECT now() >= missing_since + interval '4 seconds' FROM reaper.volumes"
+            " WHERE handle = 'v-2'"), bool, timeout=30, poll=0.1, what="v-2 due")
         assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-2'") == 1
         controller_proc.start()
         loop = asyncio.get_running_loop()
@@ -121,7 +87,7 @@ async def test_rule8_destroy_survives_controller_kill_during_ttl_wait(dev_env, p
         await eventually(lambda: pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-2'"),
                          lambda n: n == 0, timeout=60, what="v-2 destroyed after restart")
         assert loop.time() - restarted < 30, "work resumed later than 30 s after restart"
-        await asyncio.sleep(3)                 # more beats and resyncs: still exactly once
+        await beats_handled(client, w, 3)      # more beats and resyncs: still exactly once
     assert await _events(pool, "destroyed") == [("volume", "v-2")]
     assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE handle='v-1'") == 1
 
@@ -137,7 +103,7 @@ async def test_rule8_reap_survives_controller_kill_mid_reap(dev_env, pool, contr
         " ('t-a', 'web', $1, 'running'), ('t-b', 'web', $2, 'running'), ('t-c', 'web', $3, 'running')",
         a, b, c)
     controller_proc.start()
-    with Agents(client, controller_proc.env["REAPER_TASK_QUEUE"]) as agents:
+    with Agents(client, controller_proc.task_queue) as agents:
         agents.reports = {a: {"tasks": ["t-a"]}, b: {"tasks": ["t-b"]}, c: {"tasks": ["t-c"]}}
         await eventually(lambda: pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state='running'"),
                          lambda n: n == 3, timeout=60, what="3 workers running")
@@ -150,7 +116,8 @@ async def test_rule8_reap_survives_controller_kill_mid_reap(dev_env, pool, contr
         controller_proc.start()
         await eventually(lambda: pool.fetch("SELECT id FROM reaper.tasks WHERE replaces='t-a'"),
                          lambda r: len(r) == 1, timeout=60, what="one replacement")
-        await asyncio.sleep(3)
+        for survivor in (b, c):                # more beats handled: still one reap, one replacement
+            await beats_handled(client, survivor, 3)
     assert await _events(pool, "lost") == [("task", "t-a")]
     assert len(await _events(pool, "replaced")) == 1
     active = await pool.fetchval(
@@ -163,7 +130,7 @@ async def test_continue_as_new_loses_no_heartbeat_and_keeps_search_attributes(de
     w = f"w-{uuid.uuid4().hex[:6]}"
     await pool.execute("INSERT INTO reaper.containers (handle, worker) VALUES ('c-0', $1)", w)
     controller_proc.start()
-    tq = controller_proc.env["REAPER_TASK_QUEUE"]
+    tq = controller_proc.task_queue
     # 120 beats, half of them waited for one by one (a workflow task each), half back to
     # back: at ~30 events a run the liveness continues as new many times while beats keep
     # arriving; every one must count.
@@ -198,7 +165,7 @@ async def test_continue_as_new_loses_no_heartbeat_and_keeps_search_attributes(de
 async def test_chunked_reports_complete_across_continue_as_new(dev_env, pool, controller_proc):
     """Chunks of large reports sent back to back while the liveness continues as new every
     ~30 events: every report completes (its digest becomes the controller's), and exactly
-    the handles the last one lacks are marked (issue 4; the time-skipping server mishandles
+    the handles the last one lacks are marked (large reports; the time-skipping server mishandles
     signals that race a continue-as-new, so this runs on the real dev server)."""
     from reaper.core.protocol import build_beats
     from reaper.core.protocol import report_digest
@@ -210,7 +177,7 @@ async def test_chunked_reports_complete_across_continue_as_new(dev_env, pool, co
         "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2",
         handles, w)
     controller_proc.start()
-    tq = controller_proc.env["REAPER_TASK_QUEUE"]
+    tq = controller_proc.task_queue
     boot, seq = f"boot-{uuid.uuid4().hex[:6]}", 0
     lists = [handles, handles[50:], handles[100:]]   # each drops 50 more
     for report in lists:

@@ -1,4 +1,4 @@
-"""Issue 3, rule 4: an outage longer than LOST_AFTER reaps nobody who beats again in time.
+"""An outage longer than LOST_AFTER reaps nobody who beats again in time.
 
 "If the controller, Postgres or the Temporal server is down for longer than LOST_AFTER, no
 worker that heartbeats again within STALL_AFTER of recovery is reaped, and nothing is marked
@@ -28,11 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -49,13 +46,12 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.db import migrate
 from reaper.core.contract import StateView
-from reaper.stack import EmbeddedPostgres, free_port, is_listening
+from reaper.stack import EmbeddedPostgres
 from activities.temporal import ensure_search_attributes
-from tests.conftest import find_binary
-from tests.helpers import beat, eventually, query_state, send
+from tests.support.heartbeats import beat, query_state, send
+from tests.support.polling import eventually
+from tests.support.processes import ControllerProcess, DevServer
 from workflows.common import SEARCH_ATTRIBUTES, liveness_id
-
-ROOT = Path(__file__).resolve().parent.parent
 
 HEARTBEAT_S, STALL_AFTER_S, LOST_AFTER_S = 1.0, 2.0, 5.0
 FAST = {
@@ -75,97 +71,7 @@ the verdict: a wrong ``lost`` comes at the latest when the outage grace (STALL_A
 the controller's first look) ends, well within these seconds."""
 
 
-# ---- processes ---------------------------------------------------------------------------
-
-
-class ChildProcess:
-    """A child process that a test can signal, SIGKILL and stop (``proc`` set by ``start``)."""
-
-    proc: subprocess.Popen[bytes] | None = None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        assert self.proc is not None
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGCONT)   # in case a test left it stopped
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
-class ControllerProcess(ChildProcess):
-    """``python worker.py`` as a child process that a test can SIGKILL and restart."""
-
-    def __init__(self, address: str, db_url: str, log: Path) -> None:
-        self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
-        self.env = {**os.environ, **FAST, "REAPER_TEMPORAL_ADDRESS": address,
-                    "REAPER_DATABASE_URL": db_url, "REAPER_TASK_QUEUE": self.task_queue,
-                    "PYTHONUNBUFFERED": "1"}
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT,
-                                         env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT)
-
-    def tail(self, lines: int = 40) -> str:
-        """The log's last lines, without tracebacks and the SDK's connection-retry noise."""
-        if not self.log.exists():
-            return ""
-        kept = [ln for ln in self.log.read_text(errors="replace").splitlines()
-                if ln.strip() and not ln.startswith((" ", "Traceback")) and "retried" not in ln]
-        return "\n".join(kept[-lines:])
-
-
-class DevServer(ChildProcess):
-    """A Temporal dev server of the test's own, on a fixed port with its state in a SQLite
-    file, so that it can be SIGKILLed and started again where it left off."""
-
-    def __init__(self, root: Path) -> None:
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.log = root / "temporal.log"
-        self.argv = [
-            find_binary("temporal"), "server", "start-dev",
-            "--ip", "127.0.0.1", "--port", str(self.port), "--headless",
-            "--db-filename", str(root / "temporal.db"),
-            "--log-level", "warn",
-            "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
-            # continue-as-new every ~30 events, as on the session's dev server (conftest.py)
-            "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=30",
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    async def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT)
-
-        async def up() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the dev server exited ({self.proc.returncode}):\n"
-                                     + self.log.read_text(errors="replace")[-3000:])
-            return is_listening("127.0.0.1", self.port, timeout=0.2)
-
-        await eventually(up, bool, timeout=30, poll=0.05, what="the dev server listening")
-
+# ---- components a test may take down ------------------------------------------------------
 
 
 @pytest_asyncio.fixture
@@ -401,7 +307,7 @@ async def evidence(pool: asyncpg.Pool, controller: ControllerProcess) -> str:
 
 
 async def assert_nobody_reaped(pool: asyncpg.Pool, client: Client, agents: Agents) -> None:
-    """Rule 4's verdict: nobody lost, nothing reaped, replaced, destroyed or marked missing."""
+    """The verdict: nobody lost, nothing reaped, replaced, destroyed or marked missing."""
     workers = list(agents.reports)
     events = [dict(r) for r in await pool.fetch(
         "SELECT worker, action, reason FROM reaper.events ORDER BY id")]
@@ -436,7 +342,7 @@ async def assert_nobody_reaped(pool: asyncpg.Pool, client: Client, agents: Agent
 async def verdict(name: str, pool: asyncpg.Pool, client: Client, agents: Agents,
                   controller: ControllerProcess, recovery: dict[str, float],
                   notes: str = "") -> None:
-    """Recovery, then rule 4's verdict; a failure carries the events and the controller log."""
+    """Recovery, then the verdict; a failure carries the events and the controller log."""
     try:
         delays = await recovered(pool, client, agents, recovery)
         await assert_nobody_reaped(pool, client, agents)
@@ -507,10 +413,10 @@ async def stop_at_continue_as_new(controller: ControllerProcess, client: Client,
 # ---- the tests ----------------------------------------------------------------------------
 
 
-async def test_rule4_temporal_server_down_longer_than_lost_after_reaps_nobody(
+async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
         own_temporal, db_url, pool, tmp_path):
     server, client = own_temporal
-    ctl = ControllerProcess(server.address, db_url, tmp_path / "controller.log")
+    ctl = ControllerProcess(server.address, db_url, tmp_path / "controller.log", FAST)
     reports = await register_fleet(pool)
     late = list(reports)[-1]
     ctl.start()
@@ -535,14 +441,14 @@ async def test_rule4_temporal_server_down_longer_than_lost_after_reaps_nobody(
         ctl.stop()
 
 
-async def test_rule4_postgres_down_longer_than_lost_after_reaps_nobody(
+async def test_postgres_down_longer_than_lost_after_reaps_nobody(
         dev_env, own_postgres, tmp_path):
     pg, url = own_postgres
     client = dev_env.client
     pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
     await migrate(pool)
     ctl = ControllerProcess(client.service_client.config.target_host, url,
-                            tmp_path / "controller.log")
+                            tmp_path / "controller.log", FAST)
     reports = await register_fleet(pool)
     ctl.start()
     try:
@@ -565,14 +471,15 @@ async def test_rule4_postgres_down_longer_than_lost_after_reaps_nobody(
 
 
 @pytest.mark.parametrize("kill_at", ["idle", "continue-as-new"])
-async def test_rule4_controller_down_longer_than_lost_after_reaps_nobody(
+async def test_controller_down_longer_than_lost_after_reaps_nobody(
         dev_env, db_url, pool, tmp_path, kill_at):
     """``idle``: SIGKILLed while ``c``'s liveness waits on its deadline timer, early in a run
     (the common case). ``continue-as-new``: SIGKILLed right after ``c``'s liveness continued
-    as new, before its new run's first workflow task (rule 8: a restart "at any point")."""
+    as new, before its new run's first workflow task (CONTRACT.md rule 8: a restart "at any
+    point")."""
     client = dev_env.client
     ctl = ControllerProcess(client.service_client.config.target_host, db_url,
-                            tmp_path / "controller.log")
+                            tmp_path / "controller.log", FAST)
     reports = await register_fleet(pool)
     late = list(reports)[-1]
     ctl.start()

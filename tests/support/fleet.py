@@ -7,8 +7,9 @@ observes the effect of exactly the beats it sent.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from typing import Any
+from typing import Any, AsyncIterator
 
 import asyncpg
 from temporalio.client import Client
@@ -16,7 +17,9 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.core.contract import StateView
-from tests.helpers import eventually, query_state, send
+from tests.support.controller import controller, make_settings
+from tests.support.heartbeats import query_state, reports_reconciled, send
+from tests.support.polling import eventually
 from workflows.common import collector_id, liveness_id
 
 
@@ -83,24 +86,7 @@ class Fleet:
 
     async def settle(self, worker: str) -> StateView:
         """Wait until every report forwarded by ``worker``'s liveness has been reconciled."""
-        async def snapshot() -> tuple[StateView, int, int]:
-            st = await query_state(self.client, worker)
-            processed, backlog = 0, 0
-            if st.forwarded_reports:
-                try:
-                    h = self.client.get_workflow_handle(collector_id(worker))
-                    processed = await h.query("processed", result_type=int)
-                    backlog = await h.query("backlog", result_type=int)
-                except RPCError:
-                    processed = -1
-            return st, processed, backlog
-
-        st, _, _ = await eventually(
-            snapshot,
-            lambda t: t[0].pending_reports == 0 and t[1] == t[0].forwarded_reports and t[2] == 0,
-            what=f"reports of {worker} reconciled",
-        )
-        return st
+        return await reports_reconciled(self.client, worker)
 
     async def _state_or_none(self, worker: str) -> StateView | None:
         try:
@@ -121,3 +107,17 @@ class Fleet:
 
     async def state(self, worker: str) -> StateView:
         return await query_state(self.client, worker)
+
+
+@contextlib.asynccontextmanager
+async def fleet_with(env: WorkflowEnvironment, pool: asyncpg.Pool,
+                     **overrides: object) -> AsyncIterator[Fleet]:
+    """A controller with ``make_settings(**overrides)`` on its own task queue, plus simulated
+    agents."""
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    async with controller(env.client, pool, make_settings(**overrides), tq):
+        f = Fleet(env, pool, tq)
+        try:
+            yield f
+        finally:
+            await f.close()

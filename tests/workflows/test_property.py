@@ -1,4 +1,4 @@
-"""Property tests: the pure rules against invariants and a reference model (tests/model.py),
+"""Property tests: the pure rules against invariants and a reference model (tests/support/model.py),
 and random timelines through the real workflows compared with that model.
 
 Pure rules (hundreds of examples each, a few seconds in all): ``fence`` agrees with the
@@ -29,7 +29,6 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, event, example, given, note, settings, target
 from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
@@ -44,9 +43,11 @@ from activities.temporal import ensure_search_attributes
 from workflows.common import SEARCH_ATTRIBUTES
 from reaper.core.contract import WorkerState
 from reaper.core.policy.fleet import FleetState
-from tests import model as m
-from tests.conftest import find_binary, fleet_with
-from tests.helpers import eventually, query_state, send
+from tests.support import model as m
+from tests.support.controller import find_binary
+from tests.support.fleet import fleet_with
+from tests.support.heartbeats import query_state
+from tests.support.polling import eventually
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
 FAST = settings(max_examples=300, deadline=None)

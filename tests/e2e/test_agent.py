@@ -18,8 +18,9 @@ from reaper.agent import Agent, client_factory, list_entries
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
 from reaper.stack import free_port
-from conftest import controller, make_settings
-from tests.helpers import eventually, query_state
+from tests.support.controller import controller, make_settings
+from tests.support.heartbeats import query_state
+from tests.support.polling import eventually
 from workflows.common import liveness_id
 
 FAST = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5,

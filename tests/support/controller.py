@@ -1,0 +1,38 @@
+"""An in-process controller for tests: binaries, settings, a worker on its own task queue."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+
+import asyncpg
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import ReaperActivities
+from reaper.core.config import Settings
+from workflows import ALL_WORKFLOWS
+
+
+def find_binary(name: str) -> str:
+    """Path of a console script installed in this environment (``temporal``, ...)."""
+    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
+    if not found:
+        raise RuntimeError(f"{name} not found: install the project with its test extras")
+    return found
+
+
+def make_settings(**overrides: object) -> Settings:
+    """Settings for tests: short, valid timings unless overridden."""
+    base: dict[str, object] = dict(
+        heartbeat_interval=10, stall_after=30, lost_after=300, missing_ttl=300,
+        resync_interval=30, disruption_threshold=0.55,
+    )
+    base.update(overrides)
+    return Settings(_env_file=None, **base)  # type: ignore[arg-type]
+
+
+def controller(client: Client, pool: asyncpg.Pool, settings: Settings, task_queue: str) -> Worker:
+    """An in-process controller worker on ``task_queue``."""
+    acts = ReaperActivities(pool, settings)
+    return Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=acts.all())
