@@ -21,8 +21,8 @@ from conftest import controller, make_settings
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.agent import Agent
-from reaper.stack import free_port, is_listening
+from reaper.cli.agent import Agent
+from reaper.cli.processes import free_port, is_listening
 from tests.helpers import eventually, query_state
 
 FAST = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5,

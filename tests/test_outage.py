@@ -49,7 +49,8 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.db import migrate
 from reaper.core.contract import StateView
-from reaper.stack import EmbeddedPostgres, free_port, is_listening
+from reaper.cli.postgres import EmbeddedPostgres
+from reaper.cli.processes import free_port, is_listening
 from activities.temporal import ensure_search_attributes
 from tests.conftest import find_binary
 from tests.helpers import beat, eventually, query_state, send
