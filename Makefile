@@ -22,7 +22,7 @@ run: $(STAMP)
 # random timelines.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
-		tests/test_rules.py tests/policy tests/activities tests/workflows
+		tests/core tests/policy tests/activities tests/workflows
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 
 # Random timelines through the real workflows against the reference model, many more than in

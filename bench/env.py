@@ -31,7 +31,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.stack import _die_with_parent, find_temporal
+from reaper.cli.processes import die_with_parent, find_temporal
 from workflows.common import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,7 +165,7 @@ class BenchEnv:
         c.proc = subprocess.Popen(
             argv, cwd=self.root, env=envvars,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # SIGTERM if the bench dies without stopping it
+            preexec_fn=die_with_parent,  # SIGTERM if the bench dies without stopping it
         )
         out.close()
         self.controllers.append(c)
@@ -179,7 +179,7 @@ class BenchEnv:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.noop", self.address, task_queue],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent,
         )
         out.close()
         self.others.append(proc)

@@ -14,10 +14,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.agent import Agent, client_factory, list_entries
+from reaper.cli.agent import Agent, client_factory, list_entries
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
-from reaper.stack import free_port
+from reaper.cli.processes import free_port
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually

@@ -20,8 +20,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.agent import Agent
-from reaper.stack import free_port, is_listening
+from reaper.cli.agent import Agent
+from reaper.cli.processes import free_port, is_listening
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually

@@ -46,7 +46,7 @@ from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.db import migrate
 from reaper.core.contract import StateView
-from reaper.stack import EmbeddedPostgres
+from reaper.cli.postgres import EmbeddedPostgres
 from activities.temporal import ensure_search_attributes
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually

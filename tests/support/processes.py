@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from reaper.stack import free_port, is_listening
+from reaper.cli.processes import free_port, is_listening
 from tests.support.controller import find_binary
 from tests.support.paths import ROOT
 from tests.support.polling import eventually

@@ -1,5 +1,9 @@
 """A reference agent: the process on each worker that heartbeats to reaper.
 
+It depends on the public contract only (:mod:`reaper.core.contract`,
+:mod:`reaper.core.protocol`) and the Temporal client: no workflow code, no database. How it
+connects is in :mod:`reaper.cli.agent_connection` (``client_factory`` is re-exported here).
+
 Its local state is a directory with three subdirectories, ``containers``, ``volumes`` and
 ``tasks``; each entry's name is a handle (names starting with ``.`` are ignored, so a tool can
 write ``.tmp`` files and rename them). Every heartbeat interval it:
@@ -23,26 +27,20 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
-from typing import Awaitable, Callable
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-from temporalio.service import RetryConfig
 
-from reaper.core.contract import KINDS, StateView
-
-from reaper.core.models import LivenessInput
+from reaper.cli.agent_connection import ClientFactory, client_factory, short_error
+from reaper.core.contract import (
+    HEARTBEAT_SIGNAL, KINDS, LIVENESS_WORKFLOW, STATE_QUERY, StateView, liveness_id,
+)
 from reaper.core.protocol import build_beats
-from activities.temporal import DEFAULT_ADDRESS
-from workflows.common import liveness_id
-from workflows.liveness import WorkerLiveness
+
+__all__ = ["Agent", "ClientFactory", "client_factory", "list_entries", "remove_entry"]
 
 log = logging.getLogger("reaper.agent")
-
-ClientFactory = Callable[[], Awaitable[Client]]
 
 
 def list_entries(directory: Path) -> list[str]:
@@ -104,7 +102,7 @@ class Agent:
         """The next heartbeat payloads; each takes the next ``seq``.
 
         Unchanged lists the controller already holds go as digests only, changed small ones
-        inline, changed large ones in chunks (reaper/protocol.py).
+        inline, changed large ones in chunks (:mod:`reaper.core.protocol`).
         """
         known = self.last_view.report_digests if self.last_view is not None else None
         beats = build_beats(self.worker, self.boot_id, self.seq, self.snapshot(), known)
@@ -120,12 +118,13 @@ class Agent:
             client = await self._get_client()
             step = "heartbeat"
             for payload in self.next_beats():
+                # By type name and plain JSON: the agent knows the contract, not the workflow.
                 handle = await client.start_workflow(
-                    WorkerLiveness.run,
-                    LivenessInput(worker=self.worker),
+                    LIVENESS_WORKFLOW,
+                    {"worker": self.worker},
                     id=liveness_id(self.worker),
                     task_queue=self.task_queue,
-                    start_signal="heartbeat",
+                    start_signal=HEARTBEAT_SIGNAL,
                     start_signal_args=[payload],
                     rpc_timeout=timeout,
                 )
@@ -136,13 +135,13 @@ class Agent:
             # The query must not delay the next beat: it gets what is left of this interval.
             left = max(1.0, self.interval - (time.monotonic() - began))
             view: StateView = await handle.query(
-                WorkerLiveness.state, result_type=StateView, rpc_timeout=timedelta(seconds=left)
+                STATE_QUERY, result_type=StateView, rpc_timeout=timedelta(seconds=left)
             )
         except Exception as exc:  # unreachable, timeouts, no controller polling yet
             self.failures += 1
             if self._failing != step:
                 hint = " (is the controller running?)" if step == "state query" else ""
-                log.warning("%s failed: %s%s; retrying every %gs", step, _short(exc), hint,
+                log.warning("%s failed: %s%s; retrying every %gs", step, short_error(exc), hint,
                             self.interval)
             self._failing = step
             return None
@@ -208,48 +207,3 @@ class Agent:
         if self._client is None:
             self._client = await self.client_factory()
         return self._client
-
-
-_runtime: Runtime | None = None
-
-
-def _quiet_runtime() -> Runtime:
-    """One SDK runtime per process whose core logs only errors: the agent logs an outage
-    once itself, instead of the core's warning per retried call."""
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime(telemetry=TelemetryConfig(
-            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
-        ))
-    return _runtime
-
-
-def client_factory(address: str | None, namespace: str, interval: float) -> ClientFactory:
-    """A factory making one connection attempt (the agent's own loop is the retry).
-
-    Calls retry only briefly (within one heartbeat interval): a beat that cannot get through
-    now is replaced by the next one, which carries fresher lists anyway.
-    """
-
-    async def factory() -> Client:
-        return await asyncio.wait_for(
-            Client.connect(
-                address or DEFAULT_ADDRESS, namespace=namespace,
-                data_converter=pydantic_data_converter, runtime=_quiet_runtime(),
-                retry_config=RetryConfig(
-                    initial_interval_millis=100, max_interval_millis=500, max_retries=3,
-                    max_elapsed_time_millis=int(max(interval, 1.0) * 1000),
-                ),
-            ),
-            timeout=max(2.0, interval),
-        )
-
-    return factory
-
-
-def _short(exc: BaseException) -> str:
-    """One short line for a log: the SDK's connection errors are long Rust debug dumps."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    if "ConnectionRefused" in text or "tcp connect error" in text:
-        return "connection refused"
-    return text if len(text) <= 160 else text[:157] + "..."

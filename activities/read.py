@@ -1,0 +1,193 @@
+"""The shell's read model: every SQL statement that ``reaper workers`` and ``reaper demo`` run.
+
+The controller never calls these. They are plain async functions over an asyncpg pool or
+connection (both have ``fetch``/``fetchrow``/``fetchval``/``execute``), so that the shell
+(:mod:`reaper.cli`) needs no SQL of its own. The ``add_*`` functions write what a user's
+scheduler would write (CONTRACT.md §3: ``services``, ``tasks``, ``containers``, ``volumes``);
+the demo uses them as a stand-in scheduler.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import NamedTuple, Union
+
+import asyncpg
+
+Db = Union[asyncpg.Pool, asyncpg.Connection]
+"""Anything that runs a statement: a pool (one connection per call) or one connection."""
+
+HANDLE_TABLES = ("containers", "volumes")
+"""Tables of handles a scheduler may add rows to; a ``kind`` argument must be one of them."""
+
+
+async def open_connection(url: str, *, timeout_s: float = 5.0) -> asyncpg.Connection:
+    """One connection to ``url`` (``postgresql://...``), a single attempt of ``timeout_s``
+    seconds; the caller closes it.
+
+    Raises:
+        OSError, asyncio.TimeoutError, asyncpg.PostgresError: unreachable or refused.
+    """
+    return await asyncpg.connect(url, timeout=timeout_s)
+
+
+async def running_task_counts(db: Db) -> dict[str, int]:
+    """Running tasks per worker: ``{worker: count}``; workers with none are absent."""
+    rows = await db.fetch(
+        "SELECT worker, count(*) AS n FROM reaper.tasks WHERE state = 'running' GROUP BY worker"
+    )
+    return {r["worker"]: int(r["n"]) for r in rows}
+
+
+class FleetRow(NamedTuple):
+    """The fleet's disruption state (``normal``, ``partial``, ``full``) and since when."""
+
+    state: str
+    since: datetime
+
+
+async def fleet_state(db: Db) -> FleetRow | None:
+    """The controller's fleet row, or ``None`` before the controller wrote one."""
+    row = await db.fetchrow("SELECT state, since FROM reaper.fleet WHERE id = 1")
+    return None if row is None else FleetRow(row["state"], row["since"])
+
+
+async def schema_ready(db: Db) -> bool:
+    """True once the controller has migrated the schema (table ``reaper.fleet`` exists)."""
+    return await db.fetchval("SELECT to_regclass('reaper.fleet')::text") is not None
+
+
+# ---- a stand-in scheduler's writes (CONTRACT.md §3) -------------------------------------
+
+
+async def add_service(db: Db, name: str, desired_count: int) -> None:
+    """Insert service ``name`` wanting ``desired_count`` running tasks.
+
+    Raises:
+        asyncpg.UniqueViolationError: the service exists.
+    """
+    await db.execute(
+        "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)", name, desired_count
+    )
+
+
+async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
+    """Insert a ``created`` row for ``handle`` on ``worker`` in table ``kind``
+    (``containers`` or ``volumes``).
+
+    Raises:
+        ValueError: ``kind`` is not a handle table.
+        asyncpg.UniqueViolationError: the handle exists.
+    """
+    if kind not in HANDLE_TABLES:
+        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    await db.execute(
+        f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, 'created')",
+        handle, worker,
+    )
+
+
+async def add_task(db: Db, task_id: str, service: str, worker: str) -> None:
+    """Insert task ``task_id`` of ``service``, ``pending`` and placed on ``worker``.
+
+    Raises:
+        asyncpg.UniqueViolationError: the task exists.
+    """
+    await db.execute(
+        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
+        task_id, service, worker,
+    )
+
+
+# ---- what the demo observes ------------------------------------------------------------
+
+
+async def handle_missing_since(db: Db, kind: str, handle: str) -> datetime | None:
+    """``missing_since`` of a ``containers``/``volumes`` row; ``None`` if unmarked or gone.
+
+    Raises:
+        ValueError: ``kind`` is not a handle table.
+    """
+    if kind not in HANDLE_TABLES:
+        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    since: datetime | None = await db.fetchval(
+        f"SELECT missing_since FROM reaper.{kind} WHERE handle = $1", handle
+    )
+    return since
+
+
+async def handle_present(db: Db, kind: str, handle: str) -> tuple[datetime, bool]:
+    """``(database clock now, whether the row exists)``, read in one statement so that the
+    time and the presence belong together.
+
+    Raises:
+        ValueError: ``kind`` is not a handle table.
+    """
+    if kind not in HANDLE_TABLES:
+        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    row = await db.fetchrow(
+        f"SELECT now() AS now, EXISTS (SELECT 1 FROM reaper.{kind} WHERE handle = $1)"
+        " AS present", handle,
+    )
+    return row["now"], bool(row["present"])
+
+
+class EventRow(NamedTuple):
+    """When an ``events`` row was written and its reason."""
+
+    at: datetime
+    reason: str | None
+
+
+async def destroyed_event(db: Db, kind: str, handle: str) -> EventRow | None:
+    """The ``destroyed`` events row of a handle; ``kind`` is the events kind (``container``,
+    ``volume``). ``None`` if there is none."""
+    row = await db.fetchrow(
+        "SELECT at, reason FROM reaper.events WHERE kind = $1 AND handle = $2"
+        " AND action = 'destroyed'", kind, handle,
+    )
+    return None if row is None else EventRow(row["at"], row["reason"])
+
+
+async def worker_state(db: Db, name: str) -> str | None:
+    """The ``workers`` row's state (``running``, ``stalled``, ``lost``), ``None`` if none."""
+    state: str | None = await db.fetchval("SELECT state FROM reaper.workers WHERE name = $1", name)
+    return state
+
+
+class TaskRow(NamedTuple):
+    """A ``tasks`` row, the columns the shell shows."""
+
+    id: str
+    worker: str | None
+    state: str
+    stop_reason: str | None
+
+
+async def task(db: Db, task_id: str) -> TaskRow | None:
+    """Task ``task_id``, or ``None`` if there is no such row."""
+    row = await db.fetchrow(
+        "SELECT id, worker, state, stop_reason FROM reaper.tasks WHERE id = $1", task_id
+    )
+    return None if row is None else TaskRow(*row.values())
+
+
+async def task_state(db: Db, task_id: str) -> str | None:
+    """State of task ``task_id`` (``pending``, ``running``, ``lost``, ``stopped``), or ``None``."""
+    state: str | None = await db.fetchval("SELECT state FROM reaper.tasks WHERE id = $1", task_id)
+    return state
+
+
+async def replacement_of(db: Db, task_id: str) -> TaskRow | None:
+    """The task placed to replace ``task_id`` (its ``replaces``), or ``None`` so far."""
+    row = await db.fetchrow(
+        "SELECT id, worker, state, stop_reason FROM reaper.tasks WHERE replaces = $1", task_id
+    )
+    return None if row is None else TaskRow(*row.values())
+
+
+async def running_tasks_of(db: Db, service: str) -> int:
+    """How many tasks of ``service`` are ``running``."""
+    return int(await db.fetchval(
+        "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = 'running'", service
+    ))

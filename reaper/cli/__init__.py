@@ -1,0 +1,28 @@
+"""``reaper``: the command-line tool, the shell around the controller.
+
+Console script ``reaper = reaper.cli:main``. Commands: ``run`` (the embedded stack),
+``agent`` (a reference agent), ``workers`` (the fleet), ``force-reap`` and ``drain``
+(operator signals), ``demo`` (a finite end-to-end run). Every setting comes from ``REAPER_*``
+variables (or ``.env``); flags override them.
+
+The shell is the top layer: it may import ``workflows``, ``activities`` and ``reaper.core``;
+nothing imports it. Modules:
+
+- ``app``: the typer app, shared options, errors and exit handling;
+- ``commands/``: one module per command;
+- ``agent``: the reference agent, which speaks only the contract (``reaper.core.contract``);
+- ``processes``, ``postgres``, ``stack``: the embedded stack of ``reaper run``;
+- ``demo/``: the demo's runner and its steps.
+"""
+
+from __future__ import annotations
+
+from reaper.cli.app import app
+from reaper.cli import commands  # noqa: F401  (registers every command on app)
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point: parse ``sys.argv`` and run the command."""
+    app()

@@ -1,0 +1,71 @@
+"""How the reference agent connects to Temporal: one quiet attempt at a time.
+
+The agent's own loop is the retry (a beat that cannot get through is replaced by the next,
+fresher one), so connections and calls here retry only briefly, and the SDK's core logs only
+errors: the agent logs an outage once itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+from temporalio.service import RetryConfig
+
+from reaper.core.contract import DEFAULT_ADDRESS
+
+ClientFactory = Callable[[], Awaitable[Client]]
+"""Returns a connected Temporal client (pydantic data converter); raises if it cannot."""
+
+_runtime: Runtime | None = None
+
+
+def _quiet_runtime() -> Runtime:
+    """One SDK runtime per process whose core logs only errors: the agent logs an outage
+    once itself, instead of the core's warning per retried call."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime(telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+        ))
+    return _runtime
+
+
+def client_factory(address: str | None, namespace: str, interval: float) -> ClientFactory:
+    """A factory making one connection attempt (the agent's own loop is the retry).
+
+    Args:
+        address: Temporal ``host:port``; ``None`` means :data:`DEFAULT_ADDRESS`.
+        namespace: Temporal namespace.
+        interval: the heartbeat interval in seconds; bounds each attempt and its retries.
+
+    Calls retry only briefly (within one heartbeat interval): a beat that cannot get through
+    now is replaced by the next one, which carries fresher lists anyway. The factory raises
+    whatever ``Client.connect`` raises, or ``asyncio.TimeoutError``.
+    """
+
+    async def factory() -> Client:
+        return await asyncio.wait_for(
+            Client.connect(
+                address or DEFAULT_ADDRESS, namespace=namespace,
+                data_converter=pydantic_data_converter, runtime=_quiet_runtime(),
+                retry_config=RetryConfig(
+                    initial_interval_millis=100, max_interval_millis=500, max_retries=3,
+                    max_elapsed_time_millis=int(max(interval, 1.0) * 1000),
+                ),
+            ),
+            timeout=max(2.0, interval),
+        )
+
+    return factory
+
+
+def short_error(exc: BaseException) -> str:
+    """One short line for a log: the SDK's connection errors are long Rust debug dumps."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "ConnectionRefused" in text or "tcp connect error" in text:
+        return "connection refused"
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,111 @@
+"""The ``reaper`` typer app and what every command shares: options, errors, exit, logging.
+
+Each command lives in :mod:`reaper.cli.commands` and registers itself on :data:`app`.
+Commands import their heavy machinery (Temporal SDK, the stack, the demo) inside the
+function, so that ``reaper --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from reaper.core.config import ConfigError, Settings, load_settings
+
+app = typer.Typer(
+    name="reaper",
+    help="Durable liveness and garbage collection for cluster orchestrators (Temporal + Postgres).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(soft_wrap=True)
+"""Standard output of every command."""
+err = Console(stderr=True, soft_wrap=True)
+"""Standard error: failures and notes."""
+
+CLI_CONNECT_DEADLINE_S = 10.0
+"""Operator commands give up on an unreachable Temporal after this long (seconds)."""
+
+ADDRESS_OPTION: Any = typer.Option(
+    None, "--address", "--temporal-address",
+    help="Temporal host:port [env REAPER_TEMPORAL_ADDRESS; default 127.0.0.1:7233]")
+NAMESPACE_OPTION: Any = typer.Option(None, "--namespace",
+                                     help="Temporal namespace [env REAPER_NAMESPACE]")
+TASK_QUEUE_OPTION: Any = typer.Option(None, "--task-queue",
+                                      help="controller task queue [env REAPER_TASK_QUEUE]")
+
+
+class CliError(Exception):
+    """A failure to report in one line, with an exit status (1 failure, 2 bad configuration)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def settings_from(**overrides: Any) -> Settings:
+    """Settings from ``REAPER_*`` variables and ``.env``, with the flags given (``None`` =
+    not given) on top.
+
+    Raises:
+        CliError: exit status 2, the configuration is invalid (the message names the variable).
+    """
+    try:
+        return load_settings(**overrides)
+    except ConfigError as exc:
+        raise CliError(f"bad configuration: {exc}", code=2) from None
+
+
+def fail(exc: CliError) -> NoReturn:
+    """Print ``reaper: <message>`` on standard error and exit with ``exc.code``."""
+    err.print(f"[bold red]reaper:[/] {exc}", highlight=False, soft_wrap=True)
+    exit_now(exc.code)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave now, skipping interpreter teardown: the Temporal SDK can abort there after all
+    work is done (ENV.md, exit 134), which would turn a success into a failure."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def setup_logging(verbose: int) -> None:
+    """Log to standard error: 0 INFO (Temporal SDK warnings only), 1 also the agent's DEBUG
+    lines (one per beat), 2 or more DEBUG everywhere."""
+    level = logging.DEBUG if verbose > 1 else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose <= 1:
+        logging.getLogger("temporalio").setLevel(logging.WARNING)
+    if verbose == 1:
+        logging.getLogger("reaper.agent").setLevel(logging.DEBUG)
+
+
+async def connect_temporal(settings: Settings) -> Any:
+    """A Temporal client for an operator command, retrying for ``CLI_CONNECT_DEADLINE_S``.
+
+    Returns:
+        A connected ``temporalio.client.Client`` (pydantic data converter).
+
+    Raises:
+        CliError: Temporal is unreachable; the message says where it was looked for.
+    """
+    from activities.db import Unreachable
+    from activities.temporal import connect
+    from reaper.core.contract import DEFAULT_ADDRESS
+
+    logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
+    try:
+        return await connect(settings.temporal_address, settings.namespace,
+                             deadline_s=CLI_CONNECT_DEADLINE_S)
+    except Unreachable:
+        target = settings.temporal_address or DEFAULT_ADDRESS
+        raise CliError(f"Temporal unreachable at {target} after {CLI_CONNECT_DEADLINE_S:g}s "
+                       "(is `reaper run` running? otherwise set REAPER_TEMPORAL_ADDRESS "
+                       "or --address)") from None

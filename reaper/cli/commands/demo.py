@@ -1,0 +1,21 @@
+"""``reaper demo``: the finite end-to-end run of :mod:`reaper.cli.demo`."""
+
+from __future__ import annotations
+
+import typer
+
+from reaper.cli.app import app, console, exit_now
+
+
+@app.command()
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="keep the temporary state directory"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show progress details"),
+) -> None:
+    """A finite end-to-end run on its own embedded stack (own ports, own temporary state):
+    three agents, a missing volume destroyed after its TTL, a killed agent reaped and its task
+    replaced, the agent's return without a duplicate. Exits 0 only if all was observed."""
+    from reaper.cli.demo import run_demo
+
+    code = run_demo(console, keep=keep, verbose=verbose)
+    exit_now(code)

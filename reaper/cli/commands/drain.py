@@ -1,0 +1,88 @@
+"""``reaper drain`` and ``reaper force-reap``: an operator's signal to one worker's liveness.
+
+Both refuse an unknown worker (no running ``liveness-WORKER``) with exit status 1; the
+signal carries ``{"reason": ..., "actor": $USER}`` (CONTRACT.md §2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Optional
+
+import typer
+
+from reaper.cli.app import (
+    ADDRESS_OPTION, NAMESPACE_OPTION, CliError, app, connect_temporal, console, exit_now, fail,
+    settings_from,
+)
+from reaper.core.config import Settings
+from reaper.core.contract import DRAIN_SIGNAL, FORCE_REAP_SIGNAL, WORKER_NAME, liveness_id
+
+
+async def signal_worker(settings: Settings, worker: str, name: str, reason: str) -> str:
+    """Send operator signal ``name`` (``force_reap`` or ``drain``) to a running liveness.
+
+    Returns:
+        The actor recorded with the signal (``$USER``, or ``operator``).
+
+    Raises:
+        CliError: the worker is unknown (no running ``liveness-{worker}``), or Temporal is down.
+    """
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError, RPCStatusCode
+
+    if not WORKER_NAME.match(worker):
+        raise CliError(f"unknown worker {worker!r}: not a valid worker name")
+    client = await connect_temporal(settings)
+    wf_id = liveness_id(worker)
+    handle = client.get_workflow_handle(wf_id)
+    try:
+        desc = await handle.describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise CliError(f"unknown worker {worker!r}: no liveness workflow {wf_id} "
+                           f"in namespace {settings.namespace!r}") from None
+        raise CliError(f"describe {wf_id}: {exc}") from None
+    if desc.status is not WorkflowExecutionStatus.RUNNING:
+        raise CliError(f"unknown worker {worker!r}: liveness workflow {wf_id} is not running "
+                       f"({desc.status.name.lower() if desc.status else 'unknown'})")
+    actor = os.environ.get("USER") or "operator"
+    await handle.signal(name, {"reason": reason, "actor": actor})
+    return actor
+
+
+def _operator_signal(name: str, worker: str, reason: str, address: str | None,
+                     namespace: str | None) -> None:
+    try:
+        settings = settings_from(temporal_address=address, namespace=namespace)
+        actor = asyncio.run(signal_worker(settings, worker, name, reason))
+    except CliError as exc:
+        fail(exc)
+    except Exception as exc:
+        fail(CliError(f"{name}: {exc}"))
+    console.print(f"sent {name} to liveness-{worker} (reason: {reason!r}, actor: {actor})",
+                  highlight=False)
+    exit_now(0)
+
+
+@app.command("force-reap")
+def force_reap(
+    worker: str = typer.Argument(..., help="worker name"),
+    reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
+    address: Optional[str] = ADDRESS_OPTION,
+    namespace: Optional[str] = NAMESPACE_OPTION,
+) -> None:
+    """Reap WORKER now: its tasks become lost and are replaced elsewhere."""
+    _operator_signal(FORCE_REAP_SIGNAL, worker, reason, address, namespace)
+
+
+@app.command()
+def drain(
+    worker: str = typer.Argument(..., help="worker name"),
+    reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
+    address: Optional[str] = ADDRESS_OPTION,
+    namespace: Optional[str] = NAMESPACE_OPTION,
+) -> None:
+    """Drain WORKER: nothing new is placed on it."""
+    _operator_signal(DRAIN_SIGNAL, worker, reason, address, namespace)

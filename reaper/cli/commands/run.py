@@ -1,0 +1,115 @@
+"""``reaper run``: the controller on the embedded stack until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import TYPE_CHECKING, Optional
+
+import typer
+from rich.table import Table
+
+from reaper.cli.app import (
+    ADDRESS_OPTION, NAMESPACE_OPTION, TASK_QUEUE_OPTION, CliError, app, console, err, fail,
+    settings_from,
+)
+
+if TYPE_CHECKING:
+    from reaper.cli.stack import Stack
+
+CHECK_EVERY_S = 0.5
+"""How often the supervisor looks for a dead child, in seconds."""
+
+
+class _Stop(BaseException):
+    """SIGTERM or SIGHUP: leave the main loop and stop the stack."""
+
+
+@app.command()
+def run(
+    temporal_address: Optional[str] = ADDRESS_OPTION,
+    namespace: Optional[str] = NAMESPACE_OPTION,
+    task_queue: Optional[str] = TASK_QUEUE_OPTION,
+    database_url: Optional[str] = typer.Option(
+        None, help="postgresql:// URL; default: embedded Postgres [env REAPER_DATABASE_URL]"),
+    heartbeat_interval: Optional[str] = typer.Option(None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"),
+    stall_after: Optional[str] = typer.Option(None, help="e.g. 30s [REAPER_STALL_AFTER]"),
+    lost_after: Optional[str] = typer.Option(None, help="e.g. 5m [REAPER_LOST_AFTER]"),
+    missing_ttl: Optional[str] = typer.Option(None, help="e.g. 5m [REAPER_MISSING_TTL]"),
+    creating_timeout: Optional[str] = typer.Option(None, help="e.g. 1h [REAPER_CREATING_TIMEOUT]"),
+    disruption_threshold: Optional[float] = typer.Option(
+        None, help="fraction in (0, 1] [REAPER_DISRUPTION_THRESHOLD]"),
+    resync_interval: Optional[str] = typer.Option(None, help="e.g. 30s [REAPER_RESYNC_INTERVAL]"),
+    dry_run: Optional[bool] = typer.Option(None, "--dry-run/--no-dry-run",
+                                           help="record would-* events only [REAPER_DRY_RUN]"),
+    state_dir: Optional[str] = typer.Option(None, help="state directory [REAPER_STATE_DIR; .reaper]"),
+    ui_port: Optional[int] = typer.Option(None, help="Temporal Web UI port [REAPER_UI_PORT; 8233]"),
+) -> None:
+    """Run the controller on the embedded stack (Temporal dev server + Web UI, Postgres) until
+    Ctrl-C or SIGTERM, then stop everything."""
+    from reaper.cli.stack import Stack, StackError
+
+    try:
+        settings = settings_from(
+            temporal_address=temporal_address, namespace=namespace, task_queue=task_queue,
+            database_url=database_url, heartbeat_interval=heartbeat_interval,
+            stall_after=stall_after, lost_after=lost_after, missing_ttl=missing_ttl,
+            creating_timeout=creating_timeout, disruption_threshold=disruption_threshold,
+            resync_interval=resync_interval, dry_run=dry_run, state_dir=state_dir,
+            ui_port=ui_port,
+        )
+    except CliError as exc:
+        fail(exc)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise _Stop()
+
+    signal.signal(signal.SIGINT, on_signal)  # also when started with SIGINT ignored (nohup, &)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    stack = Stack(settings)
+    code = 0
+    try:
+        stack.start(on_progress=lambda m: console.print(f"[dim]•[/] {m}", highlight=False))
+        print_stack(stack)
+        while True:
+            time.sleep(CHECK_EVERY_S)
+            for message in stack.check():
+                console.print(f"[yellow]![/] {message}", highlight=False)
+    except (KeyboardInterrupt, _Stop):
+        console.print("\nstopping…")
+    except StackError as exc:
+        err.print(f"[bold red]reaper:[/] {exc}", highlight=False)
+        code = 1
+    except Exception as exc:  # anything unexpected: still stop what was started
+        err.print(f"[bold red]reaper:[/] {type(exc).__name__}: {exc}", highlight=False)
+        code = 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        stack.stop()
+    if code == 0:
+        console.print("stopped: controller, Temporal and Postgres are down; state kept in "
+                      f"{stack.state_dir}")
+    raise typer.Exit(code)
+
+
+def print_stack(stack: Stack) -> None:
+    """Where each piece of a started stack is (Web UI, Temporal, Postgres, controller)."""
+    s = stack.settings
+    table = Table.grid(padding=(0, 2))
+    if stack.ui_url:
+        table.add_row("Temporal Web UI", f"[bold]{stack.ui_url}[/]")
+    table.add_row("Temporal", f"{stack.temporal_address} (namespace {s.namespace})")
+    table.add_row("Postgres", "embedded, " + str(stack.postgres.pgdata) if stack.postgres
+                  else "REAPER_DATABASE_URL")
+    pid = stack.controller.pid if stack.controller is not None else None
+    table.add_row("Controller", f"pid {pid}, task queue {s.task_queue!r}")
+    table.add_row("Timings", f"heartbeat {s.heartbeat_interval:g}s, stalled after "
+                  f"{s.stall_after:g}s, lost after {s.lost_after:g}s, missing TTL "
+                  f"{s.missing_ttl:g}s" + (", DRY RUN" if s.dry_run else ""))
+    table.add_row("State", str(stack.state_dir))
+    console.print(table)
+    console.print("reaper is running; Ctrl-C to stop.")

