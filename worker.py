@@ -17,10 +17,10 @@ from temporalio.worker import Worker
 
 from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
-from reaper.core.config import ConfigError, Settings, load_settings
 from activities.temporal import connect, ensure_search_attributes
-from workflows.common import SEARCH_ATTRIBUTES
+from reaper.core.config import ConfigError, Settings, load_settings
 from workflows import ALL_WORKFLOWS
+from workflows.common import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("reaper.worker")
 
@@ -65,8 +65,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             # metric 6).
             max_cached_workflows=10_000,
         )
-        log.info("controller serving task queue %r in namespace %r",
-                 settings.task_queue, settings.namespace)
+        log.info(
+            "controller serving task queue %r in namespace %r",
+            settings.task_queue,
+            settings.namespace,
+        )
         async with worker:
             await start_fleet_monitor(client, acts, settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
@@ -83,7 +86,9 @@ async def start_fleet_monitor(client, acts: ReaperActivities, settings: Settings
 
     timings = await acts.load_timings()
     await client.start_workflow(
-        FleetMonitor.run, timings, id=fleet_monitor_id(settings.task_queue),
+        FleetMonitor.run,
+        timings,
+        id=fleet_monitor_id(settings.task_queue),
         task_queue=settings.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary="fleet disruption state",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from activities.collection import CollectionActivities
 from activities.fleet import FleetActivities
@@ -13,8 +14,12 @@ from activities.staging import StagingActivities
 
 
 class ReaperActivities(
-    LivenessActivities, CollectionActivities, ReapActivities, RetireActivities,
-    FleetActivities, StagingActivities,
+    LivenessActivities,
+    CollectionActivities,
+    ReapActivities,
+    RetireActivities,
+    FleetActivities,
+    StagingActivities,
 ):
     """Every activity, bound to one asyncpg pool and the controller's settings."""
 

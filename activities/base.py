@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import asyncpg
 
 from reaper.core.config import Settings
 
-KIND_TABLE = {"containers": "reaper.containers", "volumes": "reaper.volumes", "tasks": "reaper.tasks"}
+KIND_TABLE = {
+    "containers": "reaper.containers",
+    "volumes": "reaper.volumes",
+    "tasks": "reaper.tasks",
+}
 """Report kind -> table. Table names are fixed identifiers, never user input."""
 
 EVENT_KIND = {"containers": "container", "volumes": "volume", "tasks": "task"}

@@ -36,7 +36,9 @@ async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
         found = await conn.fetchval(sql.LOAD_STAGED, inp.worker, inp.kind, inp.staged_id)
         return found > 0
     await conn.copy_records_to_table(
-        sql.REPORT.split(".")[1], schema_name="pg_temp", columns=["h"],
+        sql.REPORT.split(".")[1],
+        schema_name="pg_temp",
+        columns=["h"],
         records=[(h,) for h in unique(inp.handles)],
     )
     return True
@@ -90,7 +92,12 @@ class CollectionActivities(ActivityBase):
             marked = await self._mark(conn, store, inp, result)
             if dry:
                 await write_events(
-                    conn, worker, EVENT_KIND[kind], "mark", marked, "missing from report",
+                    conn,
+                    worker,
+                    EVENT_KIND[kind],
+                    "mark",
+                    marked,
+                    "missing from report",
                     dry_run=True,
                     dedupe=[f"mark:{worker}:{kind}:{h}:{inp.taken_at.isoformat()}" for h in marked],
                 )
@@ -107,8 +114,13 @@ class CollectionActivities(ActivityBase):
             result.status.orphans = orphans
             return result
 
-    async def _mark(self, conn: asyncpg.Connection, store: sql.MarkStore, inp: ReconcileInput,
-                    result: ReconcileResult) -> list[str]:
+    async def _mark(
+        self,
+        conn: asyncpg.Connection,
+        store: sql.MarkStore,
+        inp: ReconcileInput,
+        result: ReconcileResult,
+    ) -> list[str]:
         """Mark the absent rows, unless the report drops suspiciously many
         (``policy.mass_drop_held``).
 
@@ -121,10 +133,10 @@ class CollectionActivities(ActivityBase):
             held = await conn.fetchval(store.held[kind], inp.worker, markable)
         try:
             async with conn.transaction():  # a savepoint
-                marked = await _column(conn, store.mark[kind], inp.worker, inp.taken_at,
-                                       markable)
-                if policy.mass_drop_held(len(marked), held, inp.max_drop_fraction,
-                                         inp.suspect_min_handles, inp.confirmed):
+                marked = await _column(conn, store.mark[kind], inp.worker, inp.taken_at, markable)
+                if policy.mass_drop_held(
+                    len(marked), held, inp.max_drop_fraction, inp.suspect_min_handles, inp.confirmed
+                ):
                     raise _TooMany(len(marked), held)
         except _TooMany as too:
             result.suspect = f"drops {too.args[0]} of {too.args[1]} {kind} at once"
@@ -140,7 +152,12 @@ class CollectionActivities(ActivityBase):
         statement = (sql.WOULD_STUCK_CREATING if inp.dry_run else sql.STUCK_CREATING)[inp.kind]
         stuck = await _column(conn, statement, inp.worker, cutoff)
         await write_events(
-            conn, inp.worker, EVENT_KIND[inp.kind], "destroyed", stuck, "creating-timeout",
+            conn,
+            inp.worker,
+            EVENT_KIND[inp.kind],
+            "destroyed",
+            stuck,
+            "creating-timeout",
             dry_run=inp.dry_run,
             dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
         )
@@ -168,16 +185,27 @@ class CollectionActivities(ActivityBase):
             destroyed = [r["handle"] for r in rows]
             action = "stopped" if kind == "tasks" else "destroyed"
             await write_events(
-                conn, inp.worker, EVENT_KIND[kind], action, destroyed, "missing",
+                conn,
+                inp.worker,
+                EVENT_KIND[kind],
+                action,
+                destroyed,
+                "missing",
                 dry_run=inp.dry_run,
-                dedupe=[f"{action}:{inp.worker}:{kind}:{r['handle']}:{r['missing_since']}"
-                        for r in rows] if inp.dry_run else None,
+                dedupe=[
+                    f"{action}:{inp.worker}:{kind}:{r['handle']}:{r['missing_since']}" for r in rows
+                ]
+                if inp.dry_run
+                else None,
             )
             result = DestroyResult(destroyed=destroyed)
             if kind == "tasks" and rows:
                 services = [r["service"] for r in rows]
                 result.replacements, _ = await backfill(
-                    conn, services, "missing", dry_run=inp.dry_run,
+                    conn,
+                    services,
+                    "missing",
+                    dry_run=inp.dry_run,
                     assume_inactive=services if inp.dry_run else (),
                 )
             store = sql.DRY if inp.dry_run else sql.ROWS

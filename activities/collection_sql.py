@@ -48,11 +48,11 @@ class MarkStore:
     report itself is the table ``REPORT``.
     """
 
-    clear: dict[str, str]      # reported handles -> rows cleared
-    restart: dict[str, str]    # $2 also_seen, $3 taken_at
-    mark: dict[str, str]       # $2 taken_at, $3 markable -> handles marked
-    status: dict[str, str]     # -> n, oldest (not yet destroyed)
-    held: dict[str, str]       # $2 markable -> rows a report could drop
+    clear: dict[str, str]  # reported handles -> rows cleared
+    restart: dict[str, str]  # $2 also_seen, $3 taken_at
+    mark: dict[str, str]  # $2 taken_at, $3 markable -> handles marked
+    status: dict[str, str]  # -> n, oldest (not yet destroyed)
+    held: dict[str, str]  # $2 markable -> rows a report could drop
     restart_all: dict[str, str]  # $2 taken_at: every mark of the kind restarts
 
 
@@ -72,7 +72,8 @@ ROWS = MarkStore(
     ),
     mark=per_kind(
         "UPDATE {table} AS u SET missing_since = $2 FROM (SELECT t.{key} AS k "
-        + ABSENT + " AND t.missing_since IS NULL) AS m WHERE u.{key} = m.k RETURNING u.{key}"
+        + ABSENT
+        + " AND t.missing_since IS NULL) AS m WHERE u.{key} = m.k RETURNING u.{key}"
     ),
     status=per_kind(
         "SELECT count(*) AS n, min(missing_since) AS oldest FROM {table}"
@@ -88,16 +89,12 @@ ROWS = MarkStore(
 
 def dry_marks_per_kind(template: str) -> dict[str, str]:
     """``per_kind`` for statements on ``reaper.dry_marks``, whose ``kind`` column names the kind."""
-    return {
-        k: v.replace("{kind}", k)
-        for k, v in per_kind(template).items()
-    }
+    return {k: v.replace("{kind}", k) for k, v in per_kind(template).items()}
 
 
 DRY = MarkStore(
     clear=dry_marks_per_kind(
-        "DELETE FROM reaper.dry_marks"
-        " WHERE worker = $1 AND kind = '{kind}' AND handle " + IN_REPORT
+        "DELETE FROM reaper.dry_marks WHERE worker = $1 AND kind = '{kind}' AND handle " + IN_REPORT
     ),
     restart=dry_marks_per_kind(
         "UPDATE reaper.dry_marks SET missing_since = $3, done = false"
@@ -106,8 +103,7 @@ DRY = MarkStore(
     ),
     mark=dry_marks_per_kind(
         "INSERT INTO reaper.dry_marks (worker, kind, handle, missing_since)"
-        " SELECT $1, '{kind}', t.{key}, $2 " + ABSENT
-        + " ON CONFLICT DO NOTHING RETURNING handle"
+        " SELECT $1, '{kind}', t.{key}, $2 " + ABSENT + " ON CONFLICT DO NOTHING RETURNING handle"
     ),
     status=dry_marks_per_kind(
         "SELECT count(*) AS n, min(missing_since) FILTER (WHERE NOT done) AS oldest"
@@ -172,7 +168,6 @@ WOULD_STUCK_CREATING = {
 }
 
 
-
 LOAD_STAGED = (
     "WITH c AS (SELECT handles FROM reaper.report_chunks WHERE worker = $1"
     " AND kind = $2 AND report_id = $3),"
@@ -191,8 +186,7 @@ REAPED_REPORTED_TASKS = (
 )
 """Rule 7: reported tasks that were reaped or stopped are orphans."""
 ASSIGNMENTS = (
-    "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'pending'"
-    " ORDER BY created_at, id"
+    "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'pending' ORDER BY created_at, id"
 )
 """``pending`` tasks placed on the worker, for its agent to start."""
 WORKER_FOR_SHARE = "SELECT state, state_since FROM reaper.workers WHERE name = $1 FOR SHARE"

@@ -44,7 +44,7 @@ async def create_pool(
             )
         except (asyncpg.InvalidPasswordError, asyncpg.InvalidCatalogNameError):
             raise
-        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
             if time.monotonic() - start + delay > deadline_s:
                 raise Unreachable(f"Postgres unreachable after {deadline_s:g}s: {exc}") from exc
             log.warning("Postgres not reachable yet (%s); retrying in %.1fs", exc, delay)

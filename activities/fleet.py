@@ -27,7 +27,8 @@ async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime
     counts = await conn.fetchrow(
         "SELECT count(*) FILTER (WHERE state = ANY($1::text[])) AS healthy,"
         " count(*) FILTER (WHERE state = ANY($2::text[])) AS unhealthy FROM reaper.workers",
-        list(HEALTHY), list(UNHEALTHY),
+        list(HEALTHY),
+        list(UNHEALTHY),
     )
     new = fleet_state(counts["healthy"], counts["unhealthy"], threshold)
     since, recovered_at = row["since"], row["recovered_at"]
@@ -45,7 +46,11 @@ async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime
         if recovering:
             recovered_at = stamp
         await write_events(
-            conn, None, "worker", "fleet", [None],
+            conn,
+            None,
+            "worker",
+            "fleet",
+            [None],
             f"{row['state']} -> {new.value} ({counts['unhealthy']} of "
             f"{counts['healthy'] + counts['unhealthy']} unhealthy)",
         )
@@ -104,9 +109,11 @@ class FleetActivities(ActivityBase):
         placed: list[tuple[str, str]] = []
         for host in hosts:
             stop = "worker-retired" if host["state"] == "retired" else "worker-lost"
-            rows = await take_down(conn, host["name"], stop,
-                                   f"stray: task on a {host['state']} worker", "reaper")
-            more, _ = await backfill(conn, [r["service"] for r in rows],
-                                     f"stray on {host['name']}", "reaper")
+            rows = await take_down(
+                conn, host["name"], stop, f"stray: task on a {host['state']} worker", "reaper"
+            )
+            more, _ = await backfill(
+                conn, [r["service"] for r in rows], f"stray on {host['name']}", "reaper"
+            )
             placed += more
         return placed

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncpg
-from datetime import datetime
-
 from temporalio import activity
 
 from activities.base import ActivityBase, write_events
@@ -17,8 +14,7 @@ _CLEAR_MARKS = (
     " WHERE worker = $1 AND missing_since IS NOT NULL",
     "UPDATE reaper.volumes SET missing_since = NULL"
     " WHERE worker = $1 AND missing_since IS NOT NULL",
-    "UPDATE reaper.tasks SET missing_since = NULL"
-    " WHERE worker = $1 AND missing_since IS NOT NULL",
+    "UPDATE reaper.tasks SET missing_since = NULL WHERE worker = $1 AND missing_since IS NOT NULL",
     "DELETE FROM reaper.dry_marks WHERE worker = $1 AND NOT done",
 )
 
@@ -64,8 +60,12 @@ class LivenessActivities(ActivityBase):
                     "INSERT INTO reaper.workers"
                     " (name, state, boot_id, last_seq, last_heartbeat_at, state_since)"
                     " VALUES ($1, $2, $3, $4, $5, $6)",
-                    change.worker, new_state, change.boot_id, change.last_seq,
-                    change.last_heartbeat_at, change.at,
+                    change.worker,
+                    new_state,
+                    change.boot_id,
+                    change.last_seq,
+                    change.last_heartbeat_at,
+                    change.at,
                 )
             else:
                 await conn.execute(
@@ -77,8 +77,12 @@ class LivenessActivities(ActivityBase):
                     " WHERE name = $1 AND (state, boot_id, last_seq, last_heartbeat_at)"
                     "  IS DISTINCT FROM ($2, COALESCE($3, boot_id), COALESCE($4, last_seq),"
                     "  COALESCE($5, last_heartbeat_at))",
-                    change.worker, new_state, change.boot_id, change.last_seq,
-                    change.last_heartbeat_at, change.at,
+                    change.worker,
+                    new_state,
+                    change.boot_id,
+                    change.last_seq,
+                    change.last_heartbeat_at,
+                    change.at,
                 )
             if old_state != new_state:
                 reason = f"{old_state or 'new'} -> {new_state}"
@@ -90,13 +94,19 @@ class LivenessActivities(ActivityBase):
             cleared = False
             back = change.returned_at
             if new_state == "running" and old is not None:
-                unjudged = (back is not None and old_state == "running"
-                            and old["state_since"] is not None and old["state_since"] < back)
+                unjudged = (
+                    back is not None
+                    and old_state == "running"
+                    and old["state_since"] is not None
+                    and old["state_since"] < back
+                )
                 if old_state in ("stalled", "lost") or unjudged:
                     if unjudged:  # a silence the liveness could not judge in time (busy)
                         await conn.execute(
                             "UPDATE reaper.workers SET state_since = $2 WHERE name = $1",
-                            change.worker, back)
+                            change.worker,
+                            back,
+                        )
                     for sql in _CLEAR_MARKS:
                         await conn.execute(sql, change.worker)
                     cleared = True
@@ -131,11 +141,18 @@ class LivenessActivities(ActivityBase):
                 " ON CONFLICT (name) DO UPDATE SET draining = $2, drain_reason = $3"
                 " WHERE reaper.workers.draining IS DISTINCT FROM $2"
                 " RETURNING true",
-                change.worker, change.draining, change.reason or None,
+                change.worker,
+                change.draining,
+                change.reason or None,
             )
             if changed:
                 await write_events(
-                    conn, change.worker, "worker", "drain" if change.draining else "undrain",
-                    [change.worker], change.reason, change.actor,
+                    conn,
+                    change.worker,
+                    "worker",
+                    "drain" if change.draining else "undrain",
+                    [change.worker],
+                    change.reason,
+                    change.actor,
                 )
             return bool(changed)

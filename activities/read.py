@@ -83,7 +83,8 @@ async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
         raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
     await db.execute(
         f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, 'created')",
-        handle, worker,
+        handle,
+        worker,
     )
 
 
@@ -95,7 +96,9 @@ async def add_task(db: Db, task_id: str, service: str, worker: str) -> None:
     """
     await db.execute(
         "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
-        task_id, service, worker,
+        task_id,
+        service,
+        worker,
     )
 
 
@@ -126,8 +129,8 @@ async def handle_present(db: Db, kind: str, handle: str) -> tuple[datetime, bool
     if kind not in HANDLE_TABLES:
         raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
     row = await db.fetchrow(
-        f"SELECT now() AS now, EXISTS (SELECT 1 FROM reaper.{kind} WHERE handle = $1)"
-        " AS present", handle,
+        f"SELECT now() AS now, EXISTS (SELECT 1 FROM reaper.{kind} WHERE handle = $1) AS present",
+        handle,
     )
     return row["now"], bool(row["present"])
 
@@ -144,7 +147,9 @@ async def destroyed_event(db: Db, kind: str, handle: str) -> EventRow | None:
     ``volume``). ``None`` if there is none."""
     row = await db.fetchrow(
         "SELECT at, reason FROM reaper.events WHERE kind = $1 AND handle = $2"
-        " AND action = 'destroyed'", kind, handle,
+        " AND action = 'destroyed'",
+        kind,
+        handle,
     )
     return None if row is None else EventRow(row["at"], row["reason"])
 
@@ -188,6 +193,8 @@ async def replacement_of(db: Db, task_id: str) -> TaskRow | None:
 
 async def running_tasks_of(db: Db, service: str) -> int:
     """How many tasks of ``service`` are ``running``."""
-    return int(await db.fetchval(
-        "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = 'running'", service
-    ))
+    return int(
+        await db.fetchval(
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = 'running'", service
+        )
+    )

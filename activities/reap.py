@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import asyncpg
-
 from temporalio import activity
 
-from activities.base import ActivityBase, write_events
+from activities.base import ActivityBase
 from activities.tasks import backfill, take_down
 from activities.types import ReapRequest
 from reaper.core.models import ReapResult
@@ -32,7 +31,8 @@ async def take_reap_token(
     if taken is not None:
         await conn.execute(
             "UPDATE reaper.reap_tokens SET tokens = $1, updated_at = $2 WHERE id = 1",
-            taken.tokens, taken.updated_at,
+            taken.tokens,
+            taken.updated_at,
         )
     return retry_at
 
@@ -61,8 +61,13 @@ class ReapActivities(ActivityBase):
             )
             fleet = await conn.fetchrow("SELECT state, recovered_at FROM reaper.fleet WHERE id = 1")
             verdict = fleet_policy.may_reap(
-                req.forced, state, fleet["state"], fleet["recovered_at"],
-                req.last_heartbeat_at, req.at, req.lost_after,
+                req.forced,
+                state,
+                fleet["state"],
+                fleet["recovered_at"],
+                req.last_heartbeat_at,
+                req.at,
+                req.lost_after,
             )
             if not verdict.allowed:
                 refused = verdict.refused or "refused"
@@ -75,15 +80,21 @@ class ReapActivities(ActivityBase):
                 )
                 if retry_at is not None:
                     return ReapResult(refused="reap rate limit", retry_at=retry_at)
-            rows = await take_down(conn, req.worker, "worker-lost", req.reason, req.actor,
-                                   dry_run=req.dry_run)
+            rows = await take_down(
+                conn, req.worker, "worker-lost", req.reason, req.actor, dry_run=req.dry_run
+            )
             if not req.dry_run:
-                await conn.execute("UPDATE reaper.workers SET reaped_at = $2 WHERE name = $1",
-                                   req.worker, req.at)
+                await conn.execute(
+                    "UPDATE reaper.workers SET reaped_at = $2 WHERE name = $1", req.worker, req.at
+                )
             lost = [r["id"] for r in rows]
             services = [r["service"] for r in rows]
             placed, owed = await backfill(
-                conn, services, f"reap of {req.worker}", req.actor,
-                dry_run=req.dry_run, assume_inactive=services if req.dry_run else (),
+                conn,
+                services,
+                f"reap of {req.worker}",
+                req.actor,
+                dry_run=req.dry_run,
+                assume_inactive=services if req.dry_run else (),
             )
             return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

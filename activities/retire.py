@@ -37,42 +37,71 @@ class RetireActivities(ActivityBase):
         async with self.pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(
                 "SELECT state, state_since, reaped_at FROM reaper.workers WHERE name = $1"
-                " FOR UPDATE", req.worker,
+                " FOR UPDATE",
+                req.worker,
             )
             fleet = await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1")
             state = row["state"] if row else None
             reap_done = bool(row and row["reaped_at"] and row["reaped_at"] >= row["state_since"])
-            verdict = may_retire(req.automatic, state, reap_done,
-                                 row["state_since"] if row else None, fleet, req.at,
-                                 req.retire_after)
+            verdict = may_retire(
+                req.automatic,
+                state,
+                reap_done,
+                row["state_since"] if row else None,
+                fleet,
+                req.at,
+                req.retire_after,
+            )
             if not verdict.allowed:
                 return ReapResult(refused=verdict.refused, retry_at=verdict.retry_at)
             why = f"retired: {req.reason}" if req.reason else "retired"
-            rows = await take_down(conn, req.worker, "worker-retired", why, req.actor,
-                                   dry_run=req.dry_run)
+            rows = await take_down(
+                conn, req.worker, "worker-retired", why, req.actor, dry_run=req.dry_run
+            )
             services = [r["service"] for r in rows]
             placed, owed = await backfill(
-                conn, services, f"retirement of {req.worker}", req.actor,
-                dry_run=req.dry_run, assume_inactive=services if req.dry_run else (),
+                conn,
+                services,
+                f"retirement of {req.worker}",
+                req.actor,
+                dry_run=req.dry_run,
+                assume_inactive=services if req.dry_run else (),
             )
             for kind, table in (("container", "reaper.containers"), ("volume", "reaper.volumes")):
                 verb = "SELECT handle FROM" if req.dry_run else "DELETE FROM"
                 tail = " ORDER BY handle" if req.dry_run else " RETURNING handle"
-                gone = [r["handle"] for r in await conn.fetch(
-                    f"{verb} {table} WHERE worker = $1{tail}", req.worker)]
-                await write_events(conn, req.worker, kind, "destroyed", sorted(gone), why,
-                                   req.actor, dry_run=req.dry_run)
-            await write_events(conn, req.worker, "worker", "state", [req.worker],
-                               f"{state} -> retired: {req.reason}", req.actor,
-                               dry_run=req.dry_run)
+                gone = [
+                    r["handle"]
+                    for r in await conn.fetch(f"{verb} {table} WHERE worker = $1{tail}", req.worker)
+                ]
+                await write_events(
+                    conn,
+                    req.worker,
+                    kind,
+                    "destroyed",
+                    sorted(gone),
+                    why,
+                    req.actor,
+                    dry_run=req.dry_run,
+                )
+            await write_events(
+                conn,
+                req.worker,
+                "worker",
+                "state",
+                [req.worker],
+                f"{state} -> retired: {req.reason}",
+                req.actor,
+                dry_run=req.dry_run,
+            )
             if not req.dry_run:
                 for statement in _HOUSEKEEPING:
                     await conn.execute(statement, req.worker)
                 await conn.execute(
                     "UPDATE reaper.workers SET state = 'retired', state_since = $2,"
                     " draining = false WHERE name = $1",
-                    req.worker, req.at,
+                    req.worker,
+                    req.at,
                 )
                 await refresh_fleet(conn, self.settings.disruption_threshold, req.at)
-            return ReapResult(lost_tasks=[r["id"] for r in rows], replacements=placed,
-                              owed=owed)
+            return ReapResult(lost_tasks=[r["id"] for r in rows], replacements=placed, owed=owed)

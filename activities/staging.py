@@ -11,12 +11,16 @@ from activities.types import StageChunk, StageResult
 from reaper.core.protocol import report_digest
 
 
-async def staged_handles(conn: asyncpg.Connection, worker: str, kind: str, report_id: str) -> list[str] | None:
+async def staged_handles(
+    conn: asyncpg.Connection, worker: str, kind: str, report_id: str
+) -> list[str] | None:
     """The handles of a staged report in chunk order, or ``None`` if none are staged."""
     rows = await conn.fetch(
         "SELECT handles FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
         " AND report_id = $3 ORDER BY idx",
-        worker, kind, report_id,
+        worker,
+        kind,
+        report_id,
     )
     if not rows:
         return None
@@ -37,24 +41,35 @@ class StagingActivities(ActivityBase):
         async with self.pool.acquire() as conn, conn.transaction():
             # Chunks of one report may be staged concurrently: serialise them per worker and
             # kind, so the last one to commit sees every chunk and completes the report.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))",
-                               inp.worker, inp.kind)
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", inp.worker, inp.kind
+            )
             await conn.execute(
                 "INSERT INTO reaper.report_chunks"
                 " (worker, kind, report_id, idx, count, digest, handles)"
                 " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
-                inp.worker, inp.kind, inp.report_id, inp.index, inp.count, inp.digest,
+                inp.worker,
+                inp.kind,
+                inp.report_id,
+                inp.index,
+                inp.count,
+                inp.digest,
                 inp.handles,
             )
             await conn.execute(
                 "DELETE FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
                 " AND report_id <> $3 AND report_id IS DISTINCT FROM $4",
-                inp.worker, inp.kind, inp.report_id, inp.keep,
+                inp.worker,
+                inp.kind,
+                inp.report_id,
+                inp.keep,
             )
             staged = await conn.fetchval(
                 "SELECT count(*) FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
                 " AND report_id = $3",
-                inp.worker, inp.kind, inp.report_id,
+                inp.worker,
+                inp.kind,
+                inp.report_id,
             )
             if staged < inp.count:
                 return StageResult(chunks_staged=staged)
@@ -63,7 +78,9 @@ class StagingActivities(ActivityBase):
                 await conn.execute(
                     "DELETE FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
                     " AND report_id = $3",
-                    inp.worker, inp.kind, inp.report_id,
+                    inp.worker,
+                    inp.kind,
+                    inp.report_id,
                 )
                 return StageResult(chunks_staged=0, complete=True, digest_ok=False)
             return StageResult(chunks_staged=staged, complete=True)

@@ -90,7 +90,10 @@ async def backfill(
                 await conn.execute(
                     "INSERT INTO reaper.tasks (id, service, worker, state, replaces)"
                     " VALUES ($1, $2, $3, 'pending', $4)",
-                    new_id, service, worker, replaces,
+                    new_id,
+                    service,
+                    worker,
+                    replaces,
                 )
             where = f"on {worker}" if worker else "owed: no healthy, non-draining worker"
             detail = f"{reason}; {where}" + (f", replaces {replaces}" if replaces else "")
@@ -136,17 +139,21 @@ async def take_down(
         rows = await conn.fetch(
             "SELECT id, service FROM reaper.tasks WHERE worker = $1 AND state = ANY($2::text[])"
             " ORDER BY id",
-            worker, list(states),
+            worker,
+            list(states),
         )
     else:
         rows = await conn.fetch(
             "UPDATE reaper.tasks SET state = 'lost', stop_reason = $2, missing_since = NULL"
             " WHERE worker = $1 AND state = ANY($3::text[]) RETURNING id, service",
-            worker, stop_reason, list(states),
+            worker,
+            stop_reason,
+            list(states),
         )
         rows = sorted(rows, key=lambda r: r["id"])
-    await write_events(conn, worker, "task", "lost", [r["id"] for r in rows], reason, actor,
-                       dry_run=dry_run)
+    await write_events(
+        conn, worker, "task", "lost", [r["id"] for r in rows], reason, actor, dry_run=dry_run
+    )
     return rows
 
 
@@ -156,10 +163,13 @@ async def place_owed(conn: asyncpg.Connection) -> list[tuple[str, str]]:
     Each placement is guarded (``worker IS NULL``), so a concurrent call places nothing
     twice; one ``placed`` event per task. Returns ``(task_id, worker)`` placed.
     """
-    owed = [(r["id"], r["service"]) for r in await conn.fetch(
-        "SELECT id, service FROM reaper.tasks WHERE state = 'pending' AND worker IS NULL"
-        " ORDER BY created_at, id FOR UPDATE SKIP LOCKED"
-    )]
+    owed = [
+        (r["id"], r["service"])
+        for r in await conn.fetch(
+            "SELECT id, service FROM reaper.tasks WHERE state = 'pending' AND worker IS NULL"
+            " ORDER BY created_at, id FOR UPDATE SKIP LOCKED"
+        )
+    ]
     if not owed:
         return []
     placed = []
@@ -167,7 +177,8 @@ async def place_owed(conn: asyncpg.Connection) -> list[tuple[str, str]]:
         done = await conn.fetchval(
             "UPDATE reaper.tasks SET worker = $2 WHERE id = $1 AND state = 'pending'"
             " AND worker IS NULL RETURNING id",
-            task_id, worker,
+            task_id,
+            worker,
         )
         if done is not None:
             await write_events(conn, worker, "task", "placed", [task_id], "owed work placed")

@@ -7,7 +7,6 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from reaper.core.contract import Kind, WorkerState
-
 from reaper.core.models import KindStatus
 
 

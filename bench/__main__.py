@@ -43,17 +43,24 @@ QUICK = dict(
     memory=dict(sizes=[100, 300], hb=30, budget=30),
 )
 MAIN_TIMINGS = {
-    "REAPER_HEARTBEAT_INTERVAL": "2s", "REAPER_STALL_AFTER": "60s", "REAPER_LOST_AFTER": "300s",
-    "REAPER_MISSING_TTL": "6s", "REAPER_RESYNC_INTERVAL": "2s",
+    "REAPER_HEARTBEAT_INTERVAL": "2s",
+    "REAPER_STALL_AFTER": "60s",
+    "REAPER_LOST_AFTER": "300s",
+    "REAPER_MISSING_TTL": "6s",
+    "REAPER_RESYNC_INTERVAL": "2s",
 }
 """The controller of metrics 1-3: long stall/lost (nothing goes stalled between phases),
 unchanged reports resynced against Postgres every 2 s (so metric 2 exercises the resync)."""
 
 
 def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
-    return {"REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s", "REAPER_STALL_AFTER": f"{stall:g}s",
-            "REAPER_LOST_AFTER": f"{lost:g}s", "REAPER_MISSING_TTL": f"{3 * hb:g}s",
-            "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s"}
+    return {
+        "REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s",
+        "REAPER_STALL_AFTER": f"{stall:g}s",
+        "REAPER_LOST_AFTER": f"{lost:g}s",
+        "REAPER_MISSING_TTL": f"{3 * hb:g}s",
+        "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s",
+    }
 
 
 @dataclass
@@ -78,8 +85,9 @@ class Run:
         text = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         name = dict(METRICS)[key]
         self.errors.append(f"[{key}] {name}: {type(exc).__name__}: {text}")
-        self.metrics.append(Metric(key, f"not measured: {type(exc).__name__}: {text}", "-",
-                                   "ERROR"))
+        self.metrics.append(
+            Metric(key, f"not measured: {type(exc).__name__}: {text}", "-", "ERROR")
+        )
         print(f"[{key}] {name}: ERROR {type(exc).__name__}: {text}", flush=True)
         traceback.print_exc(file=sys.stderr)
 
@@ -111,17 +119,32 @@ def _commit() -> str:
 
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=root, capture_output=True, text=True, timeout=10).stdout
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + (" (with uncommitted changes)" if dirty.strip() else "")
 
 
-async def measure(run: Run, sizes: dict, only: set[str] | None = None,
-                  controller_cache: int | None = None, keep: bool = False) -> None:
+async def measure(
+    run: Run,
+    sizes: dict,
+    only: set[str] | None = None,
+    controller_cache: int | None = None,
+    keep: bool = False,
+) -> None:
     from bench import bigreport, e2e, failover, history, memory, throughput, writes
     from bench.env import BenchEnv
 
@@ -155,11 +178,20 @@ async def measure(run: Run, sizes: dict, only: set[str] | None = None,
             main = await env.start_controller("main", MAIN_TIMINGS)
             run.progress(f"controller 'main' pid {main.pid} ({MAIN_TIMINGS})")
             w = sizes["writes"]
-            record(await phase(("2",), writes.run(env.client, main, w["workers"], w["rows"],
-                                                   w["rounds"], w["interval"])))
+            record(
+                await phase(
+                    ("2",),
+                    writes.run(
+                        env.client, main, w["workers"], w["rows"], w["rounds"], w["interval"]
+                    ),
+                )
+            )
             t = sizes["throughput"]
-            record(await phase(("1",), throughput.run(env, main, t["workers"], t["beats"],
-                                                       t["rounds"])))
+            record(
+                await phase(
+                    ("1",), throughput.run(env, main, t["workers"], t["beats"], t["rounds"])
+                )
+            )
         b = sizes["big"]
         record(await phase(("3a",), bigreport.run(env, b["size"], b["iterations"])))
         if want("1", "2", "3b", "5a"):
@@ -168,26 +200,44 @@ async def measure(run: Run, sizes: dict, only: set[str] | None = None,
 
         if want("4a", "4b", "5a"):
             f = sizes["fleet"]
-            fleet_ctl = await env.start_controller("fleet", timings(f["hb"], f["stall"],
-                                                                    f["lost"]))
+            fleet_ctl = await env.start_controller("fleet", timings(f["hb"], f["stall"], f["lost"]))
             run.progress(f"controller 'fleet' pid {fleet_ctl.pid} ({fleet_ctl.timings})")
-            res = await phase(("4a", "4b"), failover.run(
-                env.client, fleet_ctl, f["workers"], f["victims"], float(f["lost"]),
-                float(f["hb"]), run.progress))
+            res = await phase(
+                ("4a", "4b"),
+                failover.run(
+                    env.client,
+                    fleet_ctl,
+                    f["workers"],
+                    f["victims"],
+                    float(f["lost"]),
+                    float(f["hb"]),
+                    run.progress,
+                ),
+            )
             record(res[0] if res else None)
             quiet = res[1]["bystander"] if res else "fleet-00000"
-            record(await phase(("5a",), history.per_heartbeat(env.client, quiet,
-                                                               "steady-0000")))
+            record(await phase(("5a",), history.per_heartbeat(env.client, quiet, "steady-0000")))
             fleet_ctl.stop()
 
         if want("6"):
             mem = sizes["memory"]
             mem_ctl = await env.start_controller(
-                "memory", timings(mem["hb"], 2 * mem["hb"], 5 * mem["hb"]))
+                "memory", timings(mem["hb"], 2 * mem["hb"], 5 * mem["hb"])
+            )
             run.progress(f"controller 'memory' pid {mem_ctl.pid} ({mem_ctl.timings})")
-            record(await phase(("6",), memory.run(env.client, mem_ctl, mem["sizes"],
-                                                  float(mem["hb"]), mem["budget"],
-                                                  run.progress)))
+            record(
+                await phase(
+                    ("6",),
+                    memory.run(
+                        env.client,
+                        mem_ctl,
+                        mem["sizes"],
+                        float(mem["hb"]),
+                        mem["budget"],
+                        run.progress,
+                    ),
+                )
+            )
             mem_ctl.stop()
         record(await phase(("5b",), history.longest(env.client)))
         missing = (ids if only is None else ids & only) - {m.key for m in run.metrics}
@@ -203,8 +253,9 @@ def order(metrics: list[Metric]) -> list[Metric]:
     return sorted(metrics, key=lambda m: rank.get(m.key, 99))
 
 
-def write_markdown(path: Path, run: Run, info: dict[str, str], command: str,
-                   elapsed: float) -> None:
+def write_markdown(
+    path: Path, run: Run, info: dict[str, str], command: str, elapsed: float
+) -> None:
     metrics = order(run.metrics)
     lines = [
         "<!-- bench:begin (generated by python -m bench --write; edit outside the markers) -->",
@@ -231,7 +282,7 @@ def write_markdown(path: Path, run: Run, info: dict[str, str], command: str,
         text = path.read_text()
         start, end = text.find("<!-- bench:begin"), text.find("<!-- bench:end -->")
         if start >= 0 and end >= 0:
-            text = text[:start] + block + text[end + len("<!-- bench:end -->"):]
+            text = text[:start] + block + text[end + len("<!-- bench:end -->") :]
             path.write_text(text)
             return
     path.write_text("# Benchmarks\n\n" + block + "\n")
@@ -240,15 +291,29 @@ def write_markdown(path: Path, run: Run, info: dict[str, str], command: str,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, < 60 s)")
-    p.add_argument("--only", metavar="IDS",
-                   help="comma-separated metric ids to measure (e.g. 1,3a); default all")
-    p.add_argument("--controller-cache", metavar="N", type=int,
-                   help="diagnostic: run the controllers with the SDK's sticky workflow cache "
-                        "(max_cached_workflows) forced to N instead of worker.py's setting")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the temporary directory with the controllers' logs")
-    p.add_argument("--write", metavar="FILE", type=Path,
-                   help="write the results into FILE (between its bench markers)")
+    p.add_argument(
+        "--only",
+        metavar="IDS",
+        help="comma-separated metric ids to measure (e.g. 1,3a); default all",
+    )
+    p.add_argument(
+        "--controller-cache",
+        metavar="N",
+        type=int,
+        help="diagnostic: run the controllers with the SDK's sticky workflow cache "
+        "(max_cached_workflows) forced to N instead of worker.py's setting",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary directory with the controllers' logs",
+    )
+    p.add_argument(
+        "--write",
+        metavar="FILE",
+        type=Path,
+        help="write the results into FILE (between its bench markers)",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = " ".join(["python -m bench"] + (argv if argv is not None else sys.argv[1:]))
@@ -257,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     run.progress(f"{command}: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     try:
         only = set(args.only.split(",")) if args.only else None
-        asyncio.run(measure(run, QUICK if args.quick else FULL, only, args.controller_cache,
-                            args.keep))
+        asyncio.run(
+            measure(run, QUICK if args.quick else FULL, only, args.controller_cache, args.keep)
+        )
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -269,8 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     info["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print()
     print(table(order(run.metrics)))
-    print(f"\n{len(run.metrics)} metrics in {elapsed:.0f} s "
-          f"({'quick' if args.quick else 'full'} sizes); command: {command}")
+    print(
+        f"\n{len(run.metrics)} metrics in {elapsed:.0f} s "
+        f"({'quick' if args.quick else 'full'} sizes); command: {command}"
+    )
     if args.write:
         write_markdown(args.write, run, info, command, elapsed)
         print(f"results written to {args.write}")

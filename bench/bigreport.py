@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -42,9 +42,13 @@ async def seed(pool: asyncpg.Pool, worker: str, handles: list[str]) -> None:
     async with pool.acquire() as conn:
         await conn.execute(
             "INSERT INTO reaper.workers (name, state) VALUES ($1, 'running')"
-            " ON CONFLICT (name) DO NOTHING", worker)
+            " ON CONFLICT (name) DO NOTHING",
+            worker,
+        )
         await conn.copy_records_to_table(
-            "containers", schema_name="reaper", columns=["handle", "worker", "state"],
+            "containers",
+            schema_name="reaper",
+            columns=["handle", "worker", "state"],
             records=[(h, worker, "created") for h in handles],
         )
         await conn.execute("VACUUM ANALYZE reaper.containers")
@@ -74,22 +78,30 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
     changed = size // 100
     url = await env.create_database("bench_big")
     slog = StatementLog()
-    pool = await asyncpg.create_pool(url, min_size=1, max_size=2, init=slog.init,
-                                     command_timeout=120)
+    pool = await asyncpg.create_pool(
+        url, min_size=1, max_size=2, init=slog.init, command_timeout=120
+    )
     try:
         await migrate(pool)
         ids = container_ids(size + changed)
         rows, report = ids[:size], ids[changed:]
         await seed(pool, WORKER, rows)
         acts = ReaperActivities(pool, Settings(_env_file=None))
-        inp = ReconcileInput(worker=WORKER, kind="containers", handles=report,
-                             taken_at=datetime.now(timezone.utc), missing_ttl=300.0)
+        inp = ReconcileInput(
+            worker=WORKER,
+            kind="containers",
+            handles=report,
+            taken_at=datetime.now(UTC),
+            missing_ttl=300.0,
+        )
 
         async def reset() -> None:
             async with pool.acquire() as conn:
                 await conn.execute(
                     "UPDATE reaper.containers SET missing_since = NULL"
-                    " WHERE worker = $1 AND missing_since IS NOT NULL", WORKER)
+                    " WHERE worker = $1 AND missing_since IS NOT NULL",
+                    WORKER,
+                )
                 await conn.execute("DELETE FROM reaper.unknown_handles WHERE worker = $1", WORKER)
                 await conn.execute("VACUUM ANALYZE reaper.containers, reaper.unknown_handles")
 
@@ -123,7 +135,8 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
             f"report of {len(report):,} handles against {size:,} rows: {changed:,} rows absent "
             f"(marked), {changed:,} handles unknown; median of {iterations} runs after a warm-up",
             f"reaper reconcile_report {r * 1000:.0f} ms (runs: "
-            + ", ".join(f"{x * 1000:.0f}" for x in reaper_s) + "); anti-join "
+            + ", ".join(f"{x * 1000:.0f}" for x in reaper_s)
+            + "); anti-join "
             f"{a * 1000:.0f} ms (runs: " + ", ".join(f"{x * 1000:.0f}" for x in anti_s) + ")",
             f"reaper's {len(breakdown)} statements (fastest run) take {stmt_total * 1000:.0f} ms "
             "of the call; slowest first:",
@@ -131,15 +144,22 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
         for sql, e, n in sorted(breakdown, key=lambda x: -x[1])[:6]:
             arg = f" [{n:,}-handle array]" if n >= len(report) // 2 else ""
             details.append(f"  {e * 1000:6.0f} ms  {_short(sql, 110)}{arg}")
-        m = Metric("3a", f"{r * 1000:.0f} ms vs {a * 1000:.0f} ms anti-join = {ratio:.1f}x",
-                   "<= 2x", verdict(ratio <= 2.0), details)
+        m = Metric(
+            "3a",
+            f"{r * 1000:.0f} ms vs {a * 1000:.0f} ms anti-join = {ratio:.1f}x",
+            "<= 2x",
+            verdict(ratio <= 2.0),
+            details,
+        )
         if ratio > 2.0:
             big = [(sql, e) for sql, e, n in breakdown if n >= len(report) // 2]
-            m.why = (f"reconcile_report passes the {len(report):,}-handle array to "
-                     f"{len(big)} statements ({sum(e for _, e in big) * 1000:.0f} ms together), "
-                     "the baseline to one: the mass-drop check counts the absent rows with the "
-                     "same anti-join that the mark UPDATE then runs again, the unknown-handle "
-                     "CTE diffs the other way, and the clear is an ANY() over the whole list")
+            m.why = (
+                f"reconcile_report passes the {len(report):,}-handle array to "
+                f"{len(big)} statements ({sum(e for _, e in big) * 1000:.0f} ms together), "
+                "the baseline to one: the mass-drop check counts the absent rows with the "
+                "same anti-join that the mark UPDATE then runs again, the unknown-handle "
+                "CTE diffs the other way, and the clear is an ANY() over the whole list"
+            )
         return m
     finally:
         await pool.close()

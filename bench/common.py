@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, Iterable, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -33,8 +34,9 @@ async def query_state(client: Client, worker: str) -> StateView:
     )
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what: str,
-                     poll: float = 0.1) -> float:
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], timeout: float, what: str, poll: float = 0.1
+) -> float:
     """Poll ``check`` until true; returns the seconds waited. Raises TimeoutError."""
     start = time.monotonic()
     while True:
@@ -92,5 +94,3 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
-
-

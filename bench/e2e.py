@@ -40,6 +40,7 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
     details: list[str] = []
     try:
+
         async def send_all(beats: list[dict]) -> float:
             t = time.monotonic()
             for b in beats:  # in order, one call at a time, as the agent does
@@ -47,13 +48,17 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
             return time.monotonic() - t
 
         # Register the worker (liveness only), then its rows appear in the database.
-        await send_beat(client, ctl.task_queue, worker,
-                        {"worker": worker, "boot_id": boot, "seq": seq})
+        await send_beat(
+            client, ctl.task_queue, worker, {"worker": worker, "boot_id": boot, "seq": seq}
+        )
         seq += 1
         await wait_until(lambda: _registered(pool, worker), 60, f"{worker} registered")
         await pool.copy_records_to_table(
-            "containers", schema_name="reaper", columns=["handle", "worker", "state"],
-            records=[(h, worker, "created") for h in rows])
+            "containers",
+            schema_name="reaper",
+            columns=["handle", "worker", "state"],
+            records=[(h, worker, "created") for h in rows],
+        )
         await pool.execute("ANALYZE reaper.containers")
 
         # Warm-up: the report the database holds (nothing to mark).
@@ -79,7 +84,9 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
         async def marked() -> bool:
             n = await pool.fetchval(
                 "SELECT count(*) FROM reaper.containers WHERE worker = $1"
-                " AND missing_since IS NOT NULL", worker)
+                " AND missing_since IS NOT NULL",
+                worker,
+            )
             return n >= changed
 
         await wait_until(marked, 120, f"{changed} rows of {worker} marked", poll=0.02)
@@ -87,15 +94,25 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
         details.append(
             f"{len(beats)} beats ({len(beats) - 1} chunks, {wire / 1e6:.1f} MB of handles, "
             f"unchanged kinds as digests) sent in {sent:.2f} s; {changed:,} rows marked "
-            f"{e2e:.2f} s after the first send")
+            f"{e2e:.2f} s after the first send"
+        )
         timeline, why = await _timeline(client, worker, wall0)
         details.append(timeline)
-        details.append(f"warm-up (first report of {size:,} handles, nothing to mark, until "
-                       f"reconciled): {warm:.2f} s")
-        details.append("plain v1 beat with the whole list inline: " + await _plain(
-            client, ctl.task_queue, report))
-        m = Metric("3b", f"{e2e:.2f} s from first send to marks committed", "< 2 s",
-                   verdict(e2e < 2.0), details)
+        details.append(
+            f"warm-up (first report of {size:,} handles, nothing to mark, until "
+            f"reconciled): {warm:.2f} s"
+        )
+        details.append(
+            "plain v1 beat with the whole list inline: "
+            + await _plain(client, ctl.task_queue, report)
+        )
+        m = Metric(
+            "3b",
+            f"{e2e:.2f} s from first send to marks committed",
+            "< 2 s",
+            verdict(e2e < 2.0),
+            details,
+        )
         if e2e >= 2.0:
             m.why = why or "see the timeline"
         return m
@@ -154,29 +171,39 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
             if cnames[ev.event_id] == "reconcile_report" and rec_sched is None:
                 rec_sched = _t(ev)
                 sched_id = ev.event_id
-        if (ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED and rec_sched is not None
-                and rec_start is None
-                and ev.activity_task_started_event_attributes.scheduled_event_id == sched_id):
+        if (
+            ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and rec_sched is not None
+            and rec_start is None
+            and ev.activity_task_started_event_attributes.scheduled_event_id == sched_id
+        ):
             rec_start = _t(ev)
-        if (ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and rec_start is not None
-                and rec_done is None
-                and ev.activity_task_completed_event_attributes.scheduled_event_id == sched_id):
+        if (
+            ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+            and rec_start is not None
+            and rec_done is None
+            and ev.activity_task_completed_event_attributes.scheduled_event_id == sched_id
+        ):
             rec_done = _t(ev)
     if not stage or first_signal is None or rec_done is None:
         return "timeline: not found in the histories", ""
     last_stage = stage[-1][0]
     each = (last_stage - first_signal) / len(stage) * 1000
-    text = (f"timeline from the histories: first chunk signalled +{first_signal - wall0:.2f} s; "
-            f"{len(stage)} stage_chunk activities (at most {peak} at once), done "
-            f"+{last_stage - wall0:.2f} s ({each:.0f} ms each); reconcile_report scheduled "
-            f"+{rec_sched - wall0:.2f} s, ran {rec_done - rec_start:.2f} s, done "
-            f"+{rec_done - wall0:.2f} s")
-    why = (f"WorkerLiveness stages the {len(stage)} chunks with one stage_chunk activity "
-           f"each, at most {peak} at once ({last_stage - first_signal:.2f} s, {each:.0f} ms "
-           "per chunk: a workflow task, an activity task, an INSERT, a count(*) and a DELETE "
-           "of other reports per chunk, serialised in Postgres per worker and kind); "
-           "reconcile_report of the staged report then takes "
-           f"{rec_done - rec_start:.2f} s")
+    text = (
+        f"timeline from the histories: first chunk signalled +{first_signal - wall0:.2f} s; "
+        f"{len(stage)} stage_chunk activities (at most {peak} at once), done "
+        f"+{last_stage - wall0:.2f} s ({each:.0f} ms each); reconcile_report scheduled "
+        f"+{rec_sched - wall0:.2f} s, ran {rec_done - rec_start:.2f} s, done "
+        f"+{rec_done - wall0:.2f} s"
+    )
+    why = (
+        f"WorkerLiveness stages the {len(stage)} chunks with one stage_chunk activity "
+        f"each, at most {peak} at once ({last_stage - first_signal:.2f} s, {each:.0f} ms "
+        "per chunk: a workflow task, an activity task, an INSERT, a count(*) and a DELETE "
+        "of other reports per chunk, serialised in Postgres per worker and kind); "
+        "reconcile_report of the staged report then takes "
+        f"{rec_done - rec_start:.2f} s"
+    )
     return text, why
 
 
@@ -191,26 +218,38 @@ async def _where(client: Client, worker: str) -> str:
         backlog = await h.query("backlog", result_type=int)
     except Exception as exc:
         return f"state unknown ({type(exc).__name__}: {exc})"
-    return (f"last_seq {st.last_seq}, pending_reports {st.pending_reports}, forwarded "
-            f"{st.forwarded_reports}, collector processed {processed}, backlog {backlog}, "
-            f"rejected {st.rejected} ({st.last_rejection})")
+    return (
+        f"last_seq {st.last_seq}, pending_reports {st.pending_reports}, forwarded "
+        f"{st.forwarded_reports}, collector processed {processed}, backlog {backlog}, "
+        f"rejected {st.rejected} ({st.last_rejection})"
+    )
 
 
 async def _registered(pool: asyncpg.Pool, worker: str) -> bool:
-    return bool(await pool.fetchval(
-        "SELECT count(*) FROM reaper.workers WHERE name = $1 AND state = 'running'", worker))
+    return bool(
+        await pool.fetchval(
+            "SELECT count(*) FROM reaper.workers WHERE name = $1 AND state = 'running'", worker
+        )
+    )
 
 
 async def _plain(client: Client, tq: str, handles: list[str]) -> str:
     name = "big-plain"
-    payload = {"worker": name, "boot_id": "plain", "seq": 0, "containers": handles,
-               "volumes": [], "tasks": []}
+    payload = {
+        "worker": name,
+        "boot_id": "plain",
+        "seq": 0,
+        "containers": handles,
+        "volumes": [],
+        "tasks": [],
+    }
     t = time.monotonic()
     try:
         await asyncio.wait_for(send_beat(client, tq, name, payload), 60)
     except Exception as exc:
         text = (str(exc).splitlines() or [type(exc).__name__])[0]
-        return (f"refused ({payload_bytes(handles) / 1e6:.1f} MB): "
-                f"{text[:160]}")
-    return (f"accepted by Temporal in {time.monotonic() - t:.2f} s "
-            f"({payload_bytes(handles) / 1e6:.1f} MB payload)")
+        return f"refused ({payload_bytes(handles) / 1e6:.1f} MB): {text[:160]}"
+    return (
+        f"accepted by Temporal in {time.monotonic() - t:.2f} s "
+        f"({payload_bytes(handles) / 1e6:.1f} MB payload)"
+    )

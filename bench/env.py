@@ -109,9 +109,8 @@ class BenchEnv:
         return self.client.service_client.config.target_host
 
     @classmethod
-    async def start(cls, controller_cache: int | None = None) -> "BenchEnv":
-        env = cls(Path(tempfile.mkdtemp(prefix="reaper-bench-")),
-                  controller_cache=controller_cache)
+    async def start(cls, controller_cache: int | None = None) -> BenchEnv:
+        env = cls(Path(tempfile.mkdtemp(prefix="reaper-bench-")), controller_cache=controller_cache)
         try:
             with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
                 warnings.simplefilter("ignore")
@@ -141,30 +140,41 @@ class BenchEnv:
             await admin.close()
         return self.pg_url.replace("/postgres?", f"/{name}?")
 
-    async def start_controller(self, name: str, timings: dict[str, str],
-                               db_name: str | None = None) -> Controller:
+    async def start_controller(
+        self, name: str, timings: dict[str, str], db_name: str | None = None
+    ) -> Controller:
         """Start ``python worker.py`` on a task queue and database of its own; returns once
         it polls its task queue (its schema migrated, the fleet monitor started)."""
         db_url = await self.create_database(db_name or f"bench_{name}")
-        c = Controller(name=name, task_queue=f"bench-{name}-{uuid.uuid4().hex[:6]}",
-                       db_url=db_url, timings=timings,
-                       log_path=self.root / f"controller-{name}.log")
+        c = Controller(
+            name=name,
+            task_queue=f"bench-{name}-{uuid.uuid4().hex[:6]}",
+            db_url=db_url,
+            timings=timings,
+            log_path=self.root / f"controller-{name}.log",
+        )
         envvars = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
         envvars.update(timings)
-        envvars.update({
-            "REAPER_TEMPORAL_ADDRESS": self.address,
-            "REAPER_DATABASE_URL": db_url,
-            "REAPER_TASK_QUEUE": c.task_queue,
-            "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
-            "PYTHONUNBUFFERED": "1",
-        })
+        envvars.update(
+            {
+                "REAPER_TEMPORAL_ADDRESS": self.address,
+                "REAPER_DATABASE_URL": db_url,
+                "REAPER_TASK_QUEUE": c.task_queue,
+                "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         out = open(c.log_path, "ab")
         argv = [sys.executable, str(ROOT / "worker.py")]
         if self.controller_cache is not None:
             argv = [sys.executable, "-c", CACHE_WRAPPER, str(ROOT), str(self.controller_cache)]
         c.proc = subprocess.Popen(
-            argv, cwd=self.root, env=envvars,
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv,
+            cwd=self.root,
+            env=envvars,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent,  # SIGTERM if the bench dies without stopping it
         )
         out.close()
@@ -178,19 +188,25 @@ class BenchEnv:
         out = open(log_path, "ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.noop", self.address, task_queue],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=die_with_parent,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=die_with_parent,
         )
         out.close()
         self.others.append(proc)
         return proc
 
     async def wait_noop(self, proc: subprocess.Popen[bytes], task_queue: str) -> None:
-        await self._wait_polling(task_queue, lambda: proc.poll() is None,
-                                 self.root / "noop-worker.log")
+        await self._wait_polling(
+            task_queue, lambda: proc.poll() is None, self.root / "noop-worker.log"
+        )
 
-    async def _wait_polling(self, task_queue: str, alive, log_path: Path,
-                            timeout: float = 60.0) -> None:
+    async def _wait_polling(
+        self, task_queue: str, alive, log_path: Path, timeout: float = 60.0
+    ) -> None:
         from temporalio.api.enums.v1 import TaskQueueType
         from temporalio.api.taskqueue.v1 import TaskQueue
         from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -198,8 +214,10 @@ class BenchEnv:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not alive():
-                raise RuntimeError(f"worker process exited; log {log_path}:\n"
-                                   + log_path.read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"worker process exited; log {log_path}:\n"
+                    + log_path.read_text(errors="replace")[-3000:]
+                )
             try:
                 resp = await self.client.workflow_service.describe_task_queue(
                     DescribeTaskQueueRequest(

@@ -27,21 +27,28 @@ import psutil
 
 from bench.common import wait_until
 from bench.env import Controller
+from bench.fleet import SimFleet, SimWorker
 from bench.history import spread, task_latencies, timeline, timer_lateness
+from bench.result import Metric, verdict
 from bench.throughput import cpu, temporal_processes
 from workflows.common import liveness_id
-from bench.fleet import SimFleet, SimWorker
-from bench.result import Metric, verdict
 
 
-async def ramp(fleet: SimFleet, pool: asyncpg.Pool, workers: list[SimWorker], batch: int,
-               progress, label: str, timeout: float = 900) -> float:
+async def ramp(
+    fleet: SimFleet,
+    pool: asyncpg.Pool,
+    workers: list[SimWorker],
+    batch: int,
+    progress,
+    label: str,
+    timeout: float = 900,
+) -> float:
     """Add ``workers`` to a beating fleet ``batch`` at a time, each batch once the previous
     one is registered (``running`` in ``reaper.workers``); seconds taken."""
     start = time.monotonic()
     base = await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state = 'running'")
     for i in range(0, len(workers), batch):
-        part = workers[i:i + batch]
+        part = workers[i : i + batch]
         fleet.add(part, spread=min(fleet.interval, 2.0))
         want = base + i + len(part)
 
@@ -49,35 +56,57 @@ async def ramp(fleet: SimFleet, pool: asyncpg.Pool, workers: list[SimWorker], ba
             n = await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state = 'running'")
             return n >= want
 
-        await wait_until(check, timeout - (time.monotonic() - start), f"{want} workers running",
-                         poll=0.25)
+        await wait_until(
+            check, timeout - (time.monotonic() - start), f"{want} workers running", poll=0.25
+        )
         if (i // batch) % 5 == 4 or i + batch >= len(workers):
-            progress(f"  {label}: {want - base} workers running after "
-                     f"{time.monotonic() - start:.0f} s")
+            progress(
+                f"  {label}: {want - base} workers running after {time.monotonic() - start:.0f} s"
+            )
     return time.monotonic() - start
 
 
-async def run(client, ctl: Controller, workers: int, victims: int, lost_after: float,
-              interval: float, progress) -> tuple[list[Metric], dict]:
+async def run(
+    client,
+    ctl: Controller,
+    workers: int,
+    victims: int,
+    lost_after: float,
+    interval: float,
+    progress,
+) -> tuple[list[Metric], dict]:
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
     fleet = SimFleet(client, ctl.task_queue, interval)
     try:
         names = [f"fleet-{i:05d}" for i in range(workers)]
         doomed = names[-victims:]  # placement prefers low names: replacements go elsewhere
         tasks = {n: f"bench-svc-{n}" for n in doomed}
-        await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)",
-                           "bench-svc", victims)
+        await pool.execute(
+            "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)",
+            "bench-svc",
+            victims,
+        )
         await pool.executemany(
             "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, 'bench-svc', $2,"
-            " 'running')", [(t, n) for n, t in tasks.items()])
-        sims = [SimWorker(n, reports={"containers": [], "volumes": [], "tasks": [tasks[n]]}
-                          if n in tasks else None) for n in names]
+            " 'running')",
+            [(t, n) for n, t in tasks.items()],
+        )
+        sims = [
+            SimWorker(
+                n,
+                reports={"containers": [], "volumes": [], "tasks": [tasks[n]]}
+                if n in tasks
+                else None,
+            )
+            for n in names
+        ]
         fleet.start()
         took = await ramp(fleet, pool, sims, 100, progress, "fleet")
         # Steady state for one interval, then the victims' beats stop at once.
         await asyncio.sleep(interval)
         stalled_before = await pool.fetchval(
-            "SELECT count(*) FROM reaper.events WHERE action = 'state' AND reason LIKE '%-> stalled%'")
+            "SELECT count(*) FROM reaper.events WHERE action = 'state' AND reason LIKE '%-> stalled%'"
+        )
         temporal = temporal_processes()
         me = [psutil.Process()]
         c0, t0, d0, w0 = ctl.cpu_seconds(), cpu(temporal), cpu(me), time.monotonic()
@@ -88,7 +117,8 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
         async def done() -> bool:
             n = await pool.fetchval(
                 "SELECT count(*) FROM reaper.tasks WHERE replaces = ANY($1::text[])",
-                list(tasks.values()))
+                list(tasks.values()),
+            )
             return n >= victims
 
         give_up = lost_after + 60
@@ -104,32 +134,43 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
         lost_rows = await pool.fetch(
             "SELECT worker, min(extract(epoch FROM at)) AS at FROM reaper.events"
             " WHERE action = 'state' AND reason LIKE '%-> lost%' AND worker = ANY($1::text[])"
-            " GROUP BY worker", doomed)
+            " GROUP BY worker",
+            doomed,
+        )
         repl_rows = await pool.fetch(
             "SELECT t.replaces, extract(epoch FROM t.created_at) AS at, t.worker"
-            " FROM reaper.tasks t WHERE t.replaces = ANY($1::text[])", list(tasks.values()))
+            " FROM reaper.tasks t WHERE t.replaces = ANY($1::text[])",
+            list(tasks.values()),
+        )
         by_task = {t: n for n, t in tasks.items()}
         to_lost = [float(r["at"]) - last[r["worker"]] for r in lost_rows]
         to_repl = [float(r["at"]) - last[by_task[r["replaces"]]] for r in repl_rows]
         false_stalls = await pool.fetchval(
             "SELECT count(*) FROM reaper.events WHERE action = 'state'"
-            " AND reason LIKE '%-> stalled%' AND NOT worker = ANY($1::text[])", doomed)
+            " AND reason LIKE '%-> stalled%' AND NOT worker = ANY($1::text[])",
+            doomed,
+        )
         ctl_view = await pool.fetch(
             "SELECT extract(epoch FROM state_since - last_heartbeat_at) AS s FROM reaper.workers"
-            " WHERE name = ANY($1::text[]) AND state = 'lost'", doomed)
+            " WHERE name = ANY($1::text[]) AND state = 'lost'",
+            doomed,
+        )
     finally:
         await fleet.stop()
         await pool.close()
-    sample = [liveness_id(n) for n in names[: workers - victims: max(1, workers // 20)]]
+    sample = [liveness_id(n) for n in names[: workers - victims : max(1, workers // 20)]]
     waits, runs = await task_latencies(client, sample, killed_at)
     vwaits, vruns = await task_latencies(client, [liveness_id(n) for n in doomed], killed_at)
     vlate = await timer_lateness(client, [liveness_id(n) for n in doomed], killed_at)
     # The slowest victim's path, from the histories: liveness, then its reap child.
-    replaced = {by_task[r["replaces"]]: float(r["at"]) - last[by_task[r["replaces"]]]
-                for r in repl_rows}
+    replaced = {
+        by_task[r["replaces"]]: float(r["at"]) - last[by_task[r["replaces"]]] for r in repl_rows
+    }
     slow = max(doomed, key=lambda n: replaced.get(n, float("inf")))
-    paths = [await timeline(client, wid, last[slow] + 1.0, last[slow])
-             for wid in (liveness_id(slow), f"reap-{slow}-1")]
+    paths = [
+        await timeline(client, wid, last[slow] + 1.0, last[slow])
+        for wid in (liveness_id(slow), f"reap-{slow}-1")
+    ]
     graces = _graces(ctl, set(doomed))
     limit = lost_after + 1.0
     common = [
@@ -151,42 +192,54 @@ async def run(client, ctl: Controller, workers: int, victims: int, lost_after: f
         f"{spread(vlate)} after due on the server",
     ]
     lost_m = Metric(
-        "4a", _value(to_lost, victims, lost_after, give_up, "lost"), f"<= {limit:g} s",
+        "4a",
+        _value(to_lost, victims, lost_after, give_up, "lost"),
+        f"<= {limit:g} s",
         verdict(len(to_lost) == victims and max(to_lost) <= limit),
-        common + [
+        common
+        + [
             "per victim, last beat -> lost committed: "
             + ", ".join(f"{x:.2f}" for x in sorted(to_lost)),
             "controller's own view (workers.state_since - last_heartbeat_at): "
             + ", ".join(f"{float(r['s']):.2f}" for r in ctl_view),
-        ])
+        ],
+    )
     repl_m = Metric(
-        "4b", _value(to_repl, victims, lost_after, give_up, "replaced"), f"<= {limit:g} s",
+        "4b",
+        _value(to_repl, victims, lost_after, give_up, "replaced"),
+        f"<= {limit:g} s",
         verdict(len(to_repl) == victims and max(to_repl) <= limit),
-        ["per victim, last beat -> replacement placed: "
-         + ", ".join(f"{x:.2f}" for x in sorted(to_repl)),
-         f"slowest victim {slow}, seconds after its last beat (server event times):"]
-        + [f"  {p}" for p in paths])
+        [
+            "per victim, last beat -> replacement placed: "
+            + ", ".join(f"{x:.2f}" for x in sorted(to_repl)),
+            f"slowest victim {slow}, seconds after its last beat (server event times):",
+        ]
+        + [f"  {p}" for p in paths],
+    )
     for m, xs in ((lost_m, to_lost), (repl_m, to_repl)):
         if m.verdict == "MISS":
-            worst_s = (f"{max(xs) - lost_after:.2f} s" if len(xs) == victims
-                       else f"more than {give_up - lost_after:.0f} s")
-            m.why = (f"worst {worst_s} past LOST_AFTER, with the controller "
-                     f"at {ctl_cores:.2f} cores and the dev server at {tmp_cores:.2f} on a "
-                     f"machine at load {load:.1f}: the victims' deadline timers fired up to "
-                     f"{max(vlate, default=0):.2f} s late on the server; their workflow tasks "
-                     f"waited up to {max(vwaits, default=0):.2f} s in the task queue and ran up "
-                     f"to {max(vruns, default=0):.2f} s; the outage grace was granted "
-                     f"{graces[0]} times to {graces[1]} victims; after the lost timer, "
-                     "record_worker_state,"
-                     " fleet_status, the WorkerReap child and its reap_worker activity are "
-                     "further tasks in sequence (the slowest victim's events are listed)")
-    return [lost_m, repl_m], {"rss_at_fleet": rss_1, "killed_at": killed_at,
-                              "bystander": names[0]}
+            worst_s = (
+                f"{max(xs) - lost_after:.2f} s"
+                if len(xs) == victims
+                else f"more than {give_up - lost_after:.0f} s"
+            )
+            m.why = (
+                f"worst {worst_s} past LOST_AFTER, with the controller "
+                f"at {ctl_cores:.2f} cores and the dev server at {tmp_cores:.2f} on a "
+                f"machine at load {load:.1f}: the victims' deadline timers fired up to "
+                f"{max(vlate, default=0):.2f} s late on the server; their workflow tasks "
+                f"waited up to {max(vwaits, default=0):.2f} s in the task queue and ran up "
+                f"to {max(vruns, default=0):.2f} s; the outage grace was granted "
+                f"{graces[0]} times to {graces[1]} victims; after the lost timer, "
+                "record_worker_state,"
+                " fleet_status, the WorkerReap child and its reap_worker activity are "
+                "further tasks in sequence (the slowest victim's events are listed)"
+            )
+    return [lost_m, repl_m], {"rss_at_fleet": rss_1, "killed_at": killed_at, "bystander": names[0]}
 
 
 def _value(xs: list[float], victims: int, lost_after: float, give_up: float, what: str) -> str:
-    text = (f"median {statistics.median(xs):.2f} s, max {max(xs):.2f} s" if xs
-            else "none")
+    text = f"median {statistics.median(xs):.2f} s, max {max(xs):.2f} s" if xs else "none"
     if len(xs) < victims:
         text += f"; {victims - len(xs)} of {victims} not {what} {give_up:.0f} s after the kill"
     return text + f" (LOST_AFTER {lost_after:g} s)"

@@ -34,7 +34,9 @@ class SimWorker:
 
     def payload(self, with_reports: bool = True) -> dict[str, Any]:
         beat: dict[str, Any] = {
-            "worker": self.name, "boot_id": self.boot_id, "seq": self.seq,
+            "worker": self.name,
+            "boot_id": self.boot_id,
+            "seq": self.seq,
             "sent_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         if with_reports and self.reports is not None:
@@ -43,27 +45,37 @@ class SimWorker:
         return beat
 
 
-async def send_beat(client: Client, task_queue: str, name: str, payload: dict[str, Any],
-                    workflow: str | None = None) -> None:
+async def send_beat(
+    client: Client, task_queue: str, name: str, payload: dict[str, Any], workflow: str | None = None
+) -> None:
     """One heartbeat by signal-with-start (to ``WorkerLiveness``, or to ``workflow`` by name
     with the id ``{workflow}-{name}`` for the baseline)."""
     if workflow is None:
         await client.start_workflow(
-            WorkerLiveness.run, LivenessInput(worker=name), id=liveness_id(name),
-            task_queue=task_queue, start_signal="heartbeat", start_signal_args=[payload],
+            WorkerLiveness.run,
+            LivenessInput(worker=name),
+            id=liveness_id(name),
+            task_queue=task_queue,
+            start_signal="heartbeat",
+            start_signal_args=[payload],
         )
     else:
         await client.start_workflow(
-            workflow, None, id=f"{workflow}-{name}", task_queue=task_queue,
-            start_signal="heartbeat", start_signal_args=[payload],
+            workflow,
+            None,
+            id=f"{workflow}-{name}",
+            task_queue=task_queue,
+            start_signal="heartbeat",
+            start_signal_args=[payload],
         )
 
 
 class SimFleet:
     """Workers beating every ``interval`` seconds until stopped (or killed one by one)."""
 
-    def __init__(self, client: Client, task_queue: str, interval: float,
-                 concurrency: int = 64) -> None:
+    def __init__(
+        self, client: Client, task_queue: str, interval: float, concurrency: int = 64
+    ) -> None:
         self.client = client
         self.tq = task_queue
         self.interval = interval

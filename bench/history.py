@@ -41,19 +41,25 @@ async def per_beat(client: Client, worker: str) -> dict:
     desc = await handle.describe()
     hist_bytes = desc.raw_description.workflow_execution_info.history_size_bytes
     return {
-        "worker": worker, "beats": len(signal_at), "events": len(events),
-        "gaps": gaps, "sizes": sizes, "bytes": hist_bytes,
+        "worker": worker,
+        "beats": len(signal_at),
+        "events": len(events),
+        "gaps": gaps,
+        "sizes": sizes,
+        "bytes": hist_bytes,
     }
 
 
 def _describe(stats: dict, label: str) -> str:
     g, s = stats["gaps"] or [0], stats["sizes"] or [0]
-    return (f"{label} ({stats['worker']}, {stats['beats']} beats in a run of "
-            f"{stats['events']} events, {fmt_bytes(stats['bytes'])}): events per beat median "
-            f"{statistics.median(g):g}, max {max(g)}; signal payload median "
-            f"{fmt_bytes(statistics.median(s))}, max {fmt_bytes(max(s))}; "
-            f"{fmt_bytes(stats['bytes'] / max(stats['events'], 1) * statistics.median(g))} "
-            "of history per beat")
+    return (
+        f"{label} ({stats['worker']}, {stats['beats']} beats in a run of "
+        f"{stats['events']} events, {fmt_bytes(stats['bytes'])}): events per beat median "
+        f"{statistics.median(g):g}, max {max(g)}; signal payload median "
+        f"{fmt_bytes(statistics.median(s))}, max {fmt_bytes(max(s))}; "
+        f"{fmt_bytes(stats['bytes'] / max(stats['events'], 1) * statistics.median(g))} "
+        "of history per beat"
+    )
 
 
 async def per_heartbeat(client: Client, quiet: str, reporting: str) -> Metric:
@@ -62,17 +68,23 @@ async def per_heartbeat(client: Client, quiet: str, reporting: str) -> Metric:
     gq, sq = q["gaps"] or [0], q["sizes"] or [0]
     biggest = max(max(q["sizes"] or [0]), max(r["sizes"] or [0]))
     return Metric(
-        "5a", f"{statistics.median(gq):g} events (max {max(gq)}), "
+        "5a",
+        f"{statistics.median(gq):g} events (max {max(gq)}), "
         f"{fmt_bytes(statistics.median(sq))} (max {fmt_bytes(max(sq))}) per liveness-only beat",
-        "payload <= 256 KiB", verdict(biggest <= PAYLOAD_CEILING),
+        "payload <= 256 KiB",
+        verdict(biggest <= PAYLOAD_CEILING),
         [_describe(q, "liveness-only beats"), _describe(r, "100-container report every beat")],
     )
 
 
 async def longest(client: Client) -> Metric:
     async def lengths(wtype: str) -> list[tuple[int, str]]:
-        ids = [w.id async for w in client.list_workflows(
-            f"WorkflowType = '{wtype}' AND ExecutionStatus = 'Running'")]
+        ids = [
+            w.id
+            async for w in client.list_workflows(
+                f"WorkflowType = '{wtype}' AND ExecutionStatus = 'Running'"
+            )
+        ]
 
         async def one(wid: str) -> tuple[int, str]:
             d = await client.get_workflow_handle(wid).describe()
@@ -88,11 +100,15 @@ async def longest(client: Client) -> Metric:
     ctop = max(coll) if coll else (0, "-")
     worst = max(top[0], ctop[0])
     return Metric(
-        "5b", f"{top[0]:,} events ({top[1]}); {runs:,} runs of {len(live):,} liveness workflows",
-        f"<= {RUN_CEILING:,} events", verdict(worst <= RUN_CEILING),
-        [f"longest HandleCollector run: {ctop[0]:,} events ({ctop[1]}); {crun:,} runs of "
-         f"{len(coll):,} collectors",
-         f"median liveness run: {statistics.median([n for n, _ in live]) if live else 0:g} events"],
+        "5b",
+        f"{top[0]:,} events ({top[1]}); {runs:,} runs of {len(live):,} liveness workflows",
+        f"<= {RUN_CEILING:,} events",
+        verdict(worst <= RUN_CEILING),
+        [
+            f"longest HandleCollector run: {ctop[0]:,} events ({ctop[1]}); {crun:,} runs of "
+            f"{len(coll):,} collectors",
+            f"median liveness run: {statistics.median([n for n, _ in live]) if live else 0:g} events",
+        ],
     )
 
 
@@ -100,8 +116,9 @@ def _secs(ev) -> float:
     return ev.event_time.seconds + ev.event_time.nanos / 1e9
 
 
-async def task_latencies(client: Client, workflow_ids: list[str], since: float,
-                         until: float = float("inf")) -> tuple[list[float], list[float]]:
+async def task_latencies(
+    client: Client, workflow_ids: list[str], since: float, until: float = float("inf")
+) -> tuple[list[float], list[float]]:
     """Workflow tasks of ``workflow_ids`` started between ``since`` and ``until`` (wall
     clock): their waits
     in the task queue (scheduled -> started) and their run times on the controller (started ->
@@ -175,14 +192,18 @@ async def timeline(client: Client, workflow_id: str, since: float, origin: float
         what = _SHORT[ev.event_type]
         if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             what = f"{names[ev.event_id]} scheduled"
-        elif ev.event_type in (EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
-                               EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
-                               EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED):
-            attrs = (ev.activity_task_started_event_attributes
-                     if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED else
-                     ev.activity_task_completed_event_attributes
-                     if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED else
-                     ev.activity_task_failed_event_attributes)
+        elif ev.event_type in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+        ):
+            attrs = (
+                ev.activity_task_started_event_attributes
+                if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+                else ev.activity_task_completed_event_attributes
+                if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                else ev.activity_task_failed_event_attributes
+            )
             what = f"{names.get(attrs.scheduled_event_id, 'activity')} {what}"
         parts.append(f"+{t - origin:.2f} {what}")
     return f"{workflow_id}: " + ", ".join(parts)

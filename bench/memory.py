@@ -20,7 +20,8 @@ from bench.common import fmt_bytes
 from bench.env import Controller
 from bench.fleet import SimFleet, SimWorker
 from bench.result import Metric
-from bench.throughput import cpu as cpu_of, temporal_processes
+from bench.throughput import cpu as cpu_of
+from bench.throughput import temporal_processes
 
 
 async def sample_rss(ctl: Controller, seconds: float) -> int:
@@ -32,10 +33,17 @@ async def sample_rss(ctl: Controller, seconds: float) -> int:
     return peak
 
 
-async def grow(fleet: SimFleet, pool: asyncpg.Pool, sims: list[SimWorker], batch: int,
-               deadline: float, progress) -> int:
+async def grow(
+    fleet: SimFleet,
+    pool: asyncpg.Pool,
+    sims: list[SimWorker],
+    batch: int,
+    deadline: float,
+    progress,
+) -> int:
     """Add ``sims`` to the beating fleet ``batch`` at a time, each batch once the previous one
     is registered, until all are or ``deadline`` (monotonic) passes; workers registered."""
+
     async def running() -> int:
         return await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state = 'running'")
 
@@ -45,7 +53,7 @@ async def grow(fleet: SimFleet, pool: asyncpg.Pool, sims: list[SimWorker], batch
     for i in range(0, len(sims), batch):
         if time.monotonic() >= deadline:
             break
-        part = sims[i:i + batch]
+        part = sims[i : i + batch]
         fleet.add(part, spread=2.0)
         want = base + i + len(part)
         while (n := await running()) < want and time.monotonic() < deadline:
@@ -54,8 +62,9 @@ async def grow(fleet: SimFleet, pool: asyncpg.Pool, sims: list[SimWorker], batch
     return n
 
 
-async def run(client, ctl: Controller, sizes: list[int], interval: float, budget: float,
-              progress) -> Metric:
+async def run(
+    client, ctl: Controller, sizes: list[int], interval: float, budget: float, progress
+) -> Metric:
     """``budget``: seconds allowed for growing from the first size to the last."""
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
     fleet = SimFleet(client, ctl.task_queue, interval)
@@ -81,8 +90,10 @@ async def run(client, ctl: Controller, sizes: list[int], interval: float, budget
             rss[size] = await sample_rss(ctl, 3.0 if size >= 1000 else 1.0)
             cpu[size], server[size] = ctl.cpu_seconds(), cpu_of(temporal)
             load[size] = os.getloadavg()[0]
-            progress(f"  memory: {reached[size]} workers registered, controller RSS "
-                     f"{fmt_bytes(rss[size])}")
+            progress(
+                f"  memory: {reached[size]} workers registered, controller RSS "
+                f"{fmt_bytes(rss[size])}"
+            )
             t = time.monotonic()
             if reached[size] < size:
                 break
@@ -96,32 +107,45 @@ async def run(client, ctl: Controller, sizes: list[int], interval: float, budget
     window: dict[int, tuple[float, float, float]] = {}
     for s_ in rss:
         added = max(reached[s_] - prev["n"], 1)
-        window[s_] = ((cpu[s_] - prev["cpu"]) / added, (cpu[s_] - prev["cpu"]) / took[s_],
-                      (server[s_] - prev["server"]) / took[s_])
+        window[s_] = (
+            (cpu[s_] - prev["cpu"]) / added,
+            (cpu[s_] - prev["cpu"]) / took[s_],
+            (server[s_] - prev["server"]) / took[s_],
+        )
         prev = {"n": reached[s_], "cpu": cpu[s_], "server": server[s_]}
     rate = {s: (reached[s] - (reached[a] if s != a else 0)) / took[s] for s in rss}
     details = [
-        f"idle controller {fmt_bytes(idle)}; " + "; ".join(
+        f"idle controller {fmt_bytes(idle)}; "
+        + "; ".join(
             f"{reached[s]} workers registered: {fmt_bytes(rss[s])} (in {took[s]:.0f} s, "
-            f"{rate[s]:.1f} registrations/s)" for s in rss),
-        "while growing to " + "; to ".join(
+            f"{rate[s]:.1f} registrations/s)"
+            for s in rss
+        ),
+        "while growing to "
+        + "; to ".join(
             f"{reached[s]:,}: controller {window[s][0] * 1000:.0f} ms of CPU per worker added, "
             f"{window[s][1]:.2f} cores, dev server {window[s][2]:.2f} cores, load average "
-            f"{load[s]:.1f}" for s in rss),
+            f"{load[s]:.1f}"
+            for s in rss
+        ),
         f"{fleet.sent} beats sent (every {interval:g} s, liveness only), {fleet.errors} failed",
     ]
     value = " / ".join(f"{fmt_bytes(rss[s])} at {reached[s]:,}" for s in rss) + " workers"
     m = Metric("6", value, "(reported)", "INFO", details)
     if reached[last] < last:
         m.value += f" (only {reached[last]:,} of {last:,} registered within {budget:g} s)"
-        m.why = (f"registrations went from {rate[a]:.1f}/s up to {a:,} workers to "
-                 f"{rate[last]:.1f}/s beyond, each added worker costing the controller "
-                 f"{window[last][0] * 1000:.0f} ms of CPU instead of {window[a][0] * 1000:.0f} "
-                 f"ms (the beats of the growing fleet included); the controller ran at "
-                 f"{window[last][1]:.2f} cores and the dev server at {window[last][2]:.2f} on 2 "
-                 f"cores at load average {load[last]:.1f}")
+        m.why = (
+            f"registrations went from {rate[a]:.1f}/s up to {a:,} workers to "
+            f"{rate[last]:.1f}/s beyond, each added worker costing the controller "
+            f"{window[last][0] * 1000:.0f} ms of CPU instead of {window[a][0] * 1000:.0f} "
+            f"ms (the beats of the growing fleet included); the controller ran at "
+            f"{window[last][1]:.2f} cores and the dev server at {window[last][2]:.2f} on 2 "
+            f"cores at load average {load[last]:.1f}"
+        )
     elif len(rss) > 1:
-        m.details.append(f"{fmt_bytes((rss[last] - rss[a]) / (last - a))} per worker between "
-                         f"{a:,} and {last:,}; {fmt_bytes((rss[a] - idle) / a)} per worker up "
-                         f"to {a:,}")
+        m.details.append(
+            f"{fmt_bytes((rss[last] - rss[a]) / (last - a))} per worker between "
+            f"{a:,} and {last:,}; {fmt_bytes((rss[a] - idle) / a)} per worker up "
+            f"to {a:,}"
+        )
     return m

@@ -51,8 +51,9 @@ async def _serve(address: str, task_queue: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # The same settings as worker.py's controller Worker.
-    async with Worker(client, task_queue=task_queue, workflows=[BenchNoop],
-                      max_concurrent_activities=64):
+    async with Worker(
+        client, task_queue=task_queue, workflows=[BenchNoop], max_concurrent_activities=64
+    ):
         await stop.wait()
 
 

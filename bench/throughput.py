@@ -59,16 +59,26 @@ async def _reaper_seq(client: Client, name: str) -> int:
     return st.last_seq if st.last_seq is not None else -1
 
 
-async def burst(client: Client, tq: str, sims: list[SimWorker], beats: int,
-                workflow: str | None, reports: bool = True) -> float:
+async def burst(
+    client: Client,
+    tq: str,
+    sims: list[SimWorker],
+    beats: int,
+    workflow: str | None,
+    reports: bool = True,
+) -> float:
     """Send ``beats`` beats per worker, every second one with its (unchanged) complete report
     unless ``reports`` is false; seconds until every one is reflected."""
     order = [(b, w) for b in range(beats) for w in sims]
     seq_of = _noop_seq if workflow else _reaper_seq
     start = time.monotonic()
     await gather_limited(
-        (send_beat(client, tq, w.name, w.payload(with_reports=reports and b % 2 == 1), workflow)
-         for b, w in order), 64)
+        (
+            send_beat(client, tq, w.name, w.payload(with_reports=reports and b % 2 == 1), workflow)
+            for b, w in order
+        ),
+        64,
+    )
     want = {w.name: w.seq - 1 for w in sims}
 
     async def check() -> bool:
@@ -92,16 +102,27 @@ async def run(env: BenchEnv, ctl: Controller, workers: int, beats: int, rounds: 
     temporal = temporal_processes()
 
     def sims(prefix: str) -> list[SimWorker]:
-        return [SimWorker(f"{prefix}-{i:04d}", reports={
-            "containers": [f"{prefix}-{i:04d}-c{j}" for j in range(5)], "volumes": [], "tasks": []})
-            for i in range(workers)]
+        return [
+            SimWorker(
+                f"{prefix}-{i:04d}",
+                reports={
+                    "containers": [f"{prefix}-{i:04d}-c{j}" for j in range(5)],
+                    "volumes": [],
+                    "tasks": [],
+                },
+            )
+            for i in range(workers)
+        ]
 
     live, noop = sims("tput"), sims("noop")
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=1)
     try:
         await pool.copy_records_to_table(
-            "containers", schema_name="reaper", columns=["handle", "worker", "state"],
-            records=[(h, w.name, "created") for w in live for h in w.reports["containers"]])
+            "containers",
+            schema_name="reaper",
+            columns=["handle", "worker", "state"],
+            records=[(h, w.name, "created") for w in live for h in w.reports["containers"]],
+        )
     finally:
         await pool.close()
     # Warm-up: every workflow started, every first report reconciled.
@@ -147,17 +168,24 @@ async def run(env: BenchEnv, ctl: Controller, workers: int, beats: int, rounds: 
         f"reaper with liveness-only beats (no report at all): {n / bare:.0f} beats/s = "
         f"{n / bare / noop_rate:.2f} of the no-op",
     ]
-    m = Metric("1", f"{reaper_rate:.0f} vs {noop_rate:.0f} signals/s = {ratio:.2f}",
-               ">= 0.8", verdict(ratio >= 0.8), details)
+    m = Metric(
+        "1",
+        f"{reaper_rate:.0f} vs {noop_rate:.0f} signals/s = {ratio:.2f}",
+        ">= 0.8",
+        verdict(ratio >= 0.8),
+        details,
+    )
     if ratio < 0.8:
-        m.why = (f"with liveness-only beats reaper keeps pace with the no-op "
-                 f"({n / bare / noop_rate:.2f}); the gap is the resync of unchanged reports: "
-                 f"{reconciled // 3} resyncs, each a signal from WorkerLiveness to its "
-                 "HandleCollector plus one reconcile_report activity per kind (3, empty volume "
-                 "and task lists included), each with its own workflow task; controller CPU "
-                 f"{cpu_ctl / total * 1000:.2f} ms per beat against {cpu_noop / total * 1000:.2f}"
-                 f" ms, dev server {cpu_tmp_r / total * 1000:.2f} ms against "
-                 f"{cpu_tmp_n / total * 1000:.2f} ms, on 2 shared cores")
+        m.why = (
+            f"with liveness-only beats reaper keeps pace with the no-op "
+            f"({n / bare / noop_rate:.2f}); the gap is the resync of unchanged reports: "
+            f"{reconciled // 3} resyncs, each a signal from WorkerLiveness to its "
+            "HandleCollector plus one reconcile_report activity per kind (3, empty volume "
+            "and task lists included), each with its own workflow task; controller CPU "
+            f"{cpu_ctl / total * 1000:.2f} ms per beat against {cpu_noop / total * 1000:.2f}"
+            f" ms, dev server {cpu_tmp_r / total * 1000:.2f} ms against "
+            f"{cpu_tmp_n / total * 1000:.2f} ms, on 2 shared cores"
+        )
     return m
 
 

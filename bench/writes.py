@@ -33,27 +33,36 @@ LAST_SEEN = "UPDATE bench.last_seen SET last_seen = now() WHERE handle = ANY($1:
 
 
 async def _tables(conn: asyncpg.Connection, schema: str) -> list[str]:
-    return [r[0] for r in await conn.fetch(
-        "SELECT format('%I.%I', schemaname, relname) FROM pg_stat_user_tables"
-        " WHERE schemaname = $1 ORDER BY 1", schema)]
+    return [
+        r[0]
+        for r in await conn.fetch(
+            "SELECT format('%I.%I', schemaname, relname) FROM pg_stat_user_tables"
+            " WHERE schemaname = $1 ORDER BY 1",
+            schema,
+        )
+    ]
 
 
 async def snapshot(conn: asyncpg.Connection, schema: str) -> tuple[int, dict[str, int], int]:
     """(xid at the start of the window, rows per table, WAL position in bytes)."""
     xid = await conn.fetchval("SELECT txid_current()")
-    rows = {t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in await _tables(conn, schema)}
+    rows = {
+        t: await conn.fetchval(f"SELECT count(*) FROM {t}") for t in await _tables(conn, schema)
+    }
     lsn = await conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
     return xid, rows, int(lsn)
 
 
-async def writes_since(conn: asyncpg.Connection, schema: str,
-                       snap: tuple[int, dict[str, int], int]) -> tuple[int, dict[str, int], int]:
+async def writes_since(
+    conn: asyncpg.Connection, schema: str, snap: tuple[int, dict[str, int], int]
+) -> tuple[int, dict[str, int], int]:
     """Row writes since ``snap``: (total, per table, WAL bytes)."""
     xid, before, lsn0 = snap
     per: dict[str, int] = {}
     for t in await _tables(conn, schema):
         new = await conn.fetchval(
-            f"SELECT count(*) FROM {t} WHERE xmin::text::bigint >= $1", xid % (1 << 32))
+            f"SELECT count(*) FROM {t} WHERE xmin::text::bigint >= $1", xid % (1 << 32)
+        )
         now = await conn.fetchval(f"SELECT count(*) FROM {t}")
         deleted = max(0, before.get(t, 0) - now)
         if new or deleted:
@@ -62,29 +71,41 @@ async def writes_since(conn: asyncpg.Connection, schema: str,
     return sum(per.values()), per, int(lsn) - lsn0
 
 
-async def run(client: Client, ctl: Controller, workers: int, rows: int, rounds: int,
-              interval: float) -> Metric:
+async def run(
+    client: Client, ctl: Controller, workers: int, rows: int, rounds: int, interval: float
+) -> Metric:
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
     try:
         names = [f"steady-{i:04d}" for i in range(workers)]
         holdings = {n: [f"{n}-c{j:04d}" for j in range(rows)] for n in names}
         async with pool.acquire() as conn:
             await conn.copy_records_to_table(
-                "containers", schema_name="reaper", columns=["handle", "worker", "state"],
-                records=[(h, n, "created") for n in names for h in holdings[n]])
-            await conn.execute("CREATE SCHEMA bench; CREATE TABLE bench.last_seen ("
-                               " handle text PRIMARY KEY, worker text NOT NULL,"
-                               " last_seen timestamptz)")
+                "containers",
+                schema_name="reaper",
+                columns=["handle", "worker", "state"],
+                records=[(h, n, "created") for n in names for h in holdings[n]],
+            )
+            await conn.execute(
+                "CREATE SCHEMA bench; CREATE TABLE bench.last_seen ("
+                " handle text PRIMARY KEY, worker text NOT NULL,"
+                " last_seen timestamptz)"
+            )
             await conn.copy_records_to_table(
-                "last_seen", schema_name="bench", columns=["handle", "worker"],
-                records=[(h, n) for n in names for h in holdings[n]])
+                "last_seen",
+                schema_name="bench",
+                columns=["handle", "worker"],
+                records=[(h, n) for n in names for h in holdings[n]],
+            )
             await conn.execute("VACUUM ANALYZE")
-        sims = {n: SimWorker(n, reports={"containers": holdings[n], "volumes": [], "tasks": []})
-                for n in names}
+        sims = {
+            n: SimWorker(n, reports={"containers": holdings[n], "volumes": [], "tasks": []})
+            for n in names
+        }
 
         async def round_() -> None:
             await gather_limited(
-                (send_beat(client, ctl.task_queue, n, sims[n].payload()) for n in names), 64)
+                (send_beat(client, ctl.task_queue, n, sims[n].payload()) for n in names), 64
+            )
 
         await round_()  # the first report: reconciled, nothing missing
         await wait_settled(client, {n: sims[n].seq - 1 for n in names}, timeout=120)
@@ -104,7 +125,8 @@ async def run(client: Client, ctl: Controller, workers: int, rows: int, rounds: 
             await conn.execute("SELECT pg_stat_force_next_flush()")
             stat0 = await conn.fetchval(
                 "SELECT n_tup_upd + n_tup_ins + n_tup_del FROM pg_stat_user_tables"
-                " WHERE schemaname = 'bench' AND relname = 'last_seen'")
+                " WHERE schemaname = 'bench' AND relname = 'last_seen'"
+            )
             snap_ls = await snapshot(conn, "bench")
             for _ in range(rounds):
                 for n in names:
@@ -114,7 +136,8 @@ async def run(client: Client, ctl: Controller, workers: int, rows: int, rounds: 
             await conn.execute("SELECT pg_stat_clear_snapshot()")
             stat1 = await conn.fetchval(
                 "SELECT n_tup_upd + n_tup_ins + n_tup_del FROM pg_stat_user_tables"
-                " WHERE schemaname = 'bench' AND relname = 'last_seen'")
+                " WHERE schemaname = 'bench' AND relname = 'last_seen'"
+            )
         per_report = total / reports
         ls_versions = stat1 - stat0  # row versions written, from its own flushed statistics
         ls_per_report = ls_versions / reports
@@ -123,14 +146,20 @@ async def run(client: Client, ctl: Controller, workers: int, rows: int, rounds: 
             f"empty volume and task lists, plain v1 beats) = {reports} reports; {reconciled} "
             f"kind-reports reconciled against Postgres (resync every 2 s), the rest skipped "
             "by digest",
-            f"reaper: {total} rows written" + (f" ({per})" if per else "")
+            f"reaper: {total} rows written"
+            + (f" ({per})" if per else "")
             + f"; {wal / reports:.0f} WAL bytes per report (row locks, fleet monitor)",
             f"last-seen: {ls_versions} row versions written (pg_stat_user_tables n_tup_upd), "
             f"{ls_total} distinct rows rewritten (xmin); {ls_wal / reports:.0f} WAL bytes per "
             "report",
         ]
-        m = Metric("2", f"{per_report:g} vs {ls_per_report:g} rows written per report "
-                   f"(last-seen)", "0 vs N", verdict(total == 0), details)
+        m = Metric(
+            "2",
+            f"{per_report:g} vs {ls_per_report:g} rows written per report (last-seen)",
+            "0 vs N",
+            verdict(total == 0),
+            details,
+        )
         if total:
             m.why = f"unchanged reports wrote rows: {per}"
         return m

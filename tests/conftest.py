@@ -12,8 +12,8 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Iterator
 
 import asyncpg
 import pytest

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 
@@ -32,7 +32,7 @@ class DeadlineTimer:
 
     def __init__(self) -> None:
         self._timer: asyncio.Future[None] | None = None
-        self._deadline = datetime.min.replace(tzinfo=timezone.utc)
+        self._deadline = datetime.min.replace(tzinfo=UTC)
 
     async def wait(
         self, deadline: datetime | None, has_work: Callable[[], bool], label: str
@@ -82,20 +82,28 @@ class LivenessClock:
         live, t = self.live, self.timings
         times = []
         if live.last_heartbeat_at is not None:
-            due = policy.next_deadline(live.last_heartbeat_at, live.state, t.stall_after,
-                                       t.lost_after, live.grace_until)
+            due = policy.next_deadline(
+                live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
+            )
             if due is not None:
                 times.append(due)
-        times += [t for t in (live.reap_retry_at, live.retire_retry_at, self.retire_due())
-                  if t is not None]
+        times += [
+            t
+            for t in (live.reap_retry_at, live.retire_retry_at, self.retire_due())
+            if t is not None
+        ]
         return min(times) if times else None
 
     def retire_due(self) -> datetime | None:
         """When a lost worker whose reap is done is retired automatically (§5.1), if so."""
         live = self.live
-        if (live.state is not WorkerState.lost or live.recorded_state is not WorkerState.lost
-                or live.reap_request is not None or live.retire_request is not None
-                or live.state_since is None):
+        if (
+            live.state is not WorkerState.lost
+            or live.recorded_state is not WorkerState.lost
+            or live.reap_request is not None
+            or live.retire_request is not None
+            or live.state_since is None
+        ):
             return None
         return retire_due(live.state_since, self.timings.retire_after)
 
@@ -107,9 +115,12 @@ class LivenessClock:
         if grace is not None and live.state is not WorkerState.lost:
             # The controller or Temporal was down: the worker's silence is no evidence.
             live.grace_until = max(grace, live.grace_until or grace)
-            workflow.logger.warning("deadline of %s judged %ss late: grace until %s",
-                                    live.worker, (now - deadline).total_seconds(),
-                                    live.grace_until)
+            workflow.logger.warning(
+                "deadline of %s judged %ss late: grace until %s",
+                live.worker,
+                (now - deadline).total_seconds(),
+                live.grace_until,
+            )
         if live.reap_retry_at is not None and now >= live.reap_retry_at:
             live.reap_retry_at = None
         if live.retire_retry_at is not None and now >= live.retire_retry_at:
@@ -121,8 +132,9 @@ class LivenessClock:
         if live.last_heartbeat_at is None:
             return
         now = workflow.now()
-        deadline = policy.next_deadline(live.last_heartbeat_at, live.state, t.stall_after,
-                                        t.lost_after, live.grace_until)
+        deadline = policy.next_deadline(
+            live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
+        )
         if deadline is not None and deadline < now:
             # Judged late, however the loop got here (a late timer, a run that starts after
             # the controller was down across a continue-as-new, a signal that woke the loop
@@ -130,15 +142,18 @@ class LivenessClock:
             self.on_deadline(deadline)
         due = self.retire_due()
         if due is not None and now >= due:
-            live.retire_request = ReasonInput(reason=f"lost for {t.retire_after:g}s",
-                                              actor="reaper")
+            live.retire_request = ReasonInput(
+                reason=f"lost for {t.retire_after:g}s", actor="reaper"
+            )
             live.retire_automatic = True
-        judged = policy.transition(live.state, live.last_heartbeat_at, now, t.stall_after,
-                                   t.lost_after, live.grace_until)
+        judged = policy.transition(
+            live.state, live.last_heartbeat_at, now, t.stall_after, t.lost_after, live.grace_until
+        )
         if judged is None:
             return
         live.state, live.state_since = judged, now
         if judged is WorkerState.lost and live.reap_request is None:
-            live.reap_request = ReasonInput(reason=f"no heartbeat for {t.lost_after:g}s",
-                                            actor="reaper")
+            live.reap_request = ReasonInput(
+                reason=f"no heartbeat for {t.lost_after:g}s", actor="reaper"
+            )
             live.reap_forced = False

@@ -11,7 +11,6 @@ processed one at a time, in order, so no destroy races a reconcile. The rules th
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -109,11 +108,12 @@ class HandleCollector:
         if timeout > 0:
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self.gc.queue), timeout=timeout,
+                    lambda: bool(self.gc.queue),
+                    timeout=timeout,
                     timeout_summary=f"missing TTL: {', '.join(sorted(waiting))} due",
                 )
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         now = workflow.now()
         for kind, due in sorted(waiting.items()):
@@ -130,22 +130,35 @@ class HandleCollector:
         confirmed = rebooted or self.gc.suspects.get(r.kind) == r.digest
         res = await run_activity(
             ReaperActivities.reconcile_report,
-            ReconcileInput(worker=worker, kind=r.kind, handles=r.handles, taken_at=r.taken_at,
-                           missing_ttl=t.missing_ttl, also_seen=r.also_seen,
-                           restart_all=r.restart_all, staged_id=r.staged_id,
-                           creating_timeout=t.creating_timeout, dry_run=t.dry_run,
-                           confirmed=confirmed, max_drop_fraction=t.max_drop_fraction,
-                           suspect_min_handles=t.suspect_min_handles),
-            summary=(f"reconcile staged {r.kind} report {r.staged_id}" if r.staged_id
-                     else f"reconcile {len(r.handles)} {r.kind}"),
+            ReconcileInput(
+                worker=worker,
+                kind=r.kind,
+                handles=r.handles,
+                taken_at=r.taken_at,
+                missing_ttl=t.missing_ttl,
+                also_seen=r.also_seen,
+                restart_all=r.restart_all,
+                staged_id=r.staged_id,
+                creating_timeout=t.creating_timeout,
+                dry_run=t.dry_run,
+                confirmed=confirmed,
+                max_drop_fraction=t.max_drop_fraction,
+                suspect_min_handles=t.suspect_min_handles,
+            ),
+            summary=(
+                f"reconcile staged {r.kind} report {r.staged_id}"
+                if r.staged_id
+                else f"reconcile {len(r.handles)} {r.kind}"
+            ),
         )
         if res.skipped is not None:
             workflow.logger.info("report of %s %s skipped: %s", worker, r.kind, res.skipped)
             return
         self.gc.boots[r.kind] = r.boot_id
         if res.suspect is not None:
-            workflow.logger.warning("report of %s %s not trusted yet: %s", worker, r.kind,
-                                    res.suspect)
+            workflow.logger.warning(
+                "report of %s %s not trusted yet: %s", worker, r.kind, res.suspect
+            )
             self.gc.suspects[r.kind] = r.digest
             await signal_quietly(liveness_id(worker), "want_report", r.kind)
         else:
@@ -154,17 +167,22 @@ class HandleCollector:
         if policy.is_due(status.next_due, r.taken_at):
             status = await self._destroy_due(r, status)
         self._set_due(r.kind, status.next_due)
-        await self._report_status(GcStatusInput(kind=r.kind, status=status,
-                                                assignments=res.assignments))
+        await self._report_status(
+            GcStatusInput(kind=r.kind, status=status, assignments=res.assignments)
+        )
 
     async def _destroy_due(self, r: Report, status: KindStatus) -> KindStatus:
         """Destroy the rows of ``r.kind`` due on the evidence of report ``r`` (rule 4)."""
         t, worker = self.inp.timings, self.inp.worker
         done = await run_activity(
             ReaperActivities.destroy_missing,
-            DestroyInput(worker=worker, kind=r.kind,
-                         cutoff=policy.destroy_cutoff(r.taken_at, t.missing_ttl),
-                         missing_ttl=t.missing_ttl, dry_run=t.dry_run),
+            DestroyInput(
+                worker=worker,
+                kind=r.kind,
+                cutoff=policy.destroy_cutoff(r.taken_at, t.missing_ttl),
+                missing_ttl=t.missing_ttl,
+                dry_run=t.dry_run,
+            ),
             summary=f"destroy {r.kind} missing for {t.missing_ttl:g}s",
         )
         if done.refused is not None:
@@ -173,12 +191,14 @@ class HandleCollector:
             workflow.logger.info("destroy on %s refused: %s", worker, done.refused)
             later = workflow.now() + timedelta(seconds=t.stall_after)
             assert status.next_due is not None
-            return KindStatus(missing=status.missing, orphans=status.orphans,
-                              next_due=max(status.next_due, later))
+            return KindStatus(
+                missing=status.missing, orphans=status.orphans, next_due=max(status.next_due, later)
+            )
         for target in sorted({w for _, w in done.replacements}):
             await request_resync(target)
-        return KindStatus(missing=done.status.missing, next_due=done.status.next_due,
-                          orphans=status.orphans)
+        return KindStatus(
+            missing=done.status.missing, next_due=done.status.next_due, orphans=status.orphans
+        )
 
     def _set_due(self, kind: str, due: datetime | None) -> None:
         if kind in self.gc.asked:

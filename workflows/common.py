@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -51,9 +52,7 @@ def start_activity(
     )
 
 
-async def run_activity(
-    method: Callable[[Any, Any], Awaitable[R]], arg: Any, *, summary: str
-) -> R:
+async def run_activity(method: Callable[[Any, Any], Awaitable[R]], arg: Any, *, summary: str) -> R:
     """Run one of reaper's activities to completion (see :func:`start_activity`)."""
     return await start_activity(method, arg, summary=summary)
 

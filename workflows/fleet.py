@@ -35,10 +35,13 @@ class FleetMonitor:
     @workflow.run
     async def run(self, timings: Timings) -> None:
         while True:
-            view = await run_activity(ReaperActivities.fleet_status, workflow.now(),
-                                      summary="read fleet disruption state")
+            view = await run_activity(
+                ReaperActivities.fleet_status, workflow.now(), summary="read fleet disruption state"
+            )
             if self.view is None or (view.state, view.healthy, view.unhealthy) != (
-                self.view.state, self.view.healthy, self.view.unhealthy
+                self.view.state,
+                self.view.healthy,
+                self.view.unhealthy,
             ):
                 total = view.healthy + view.unhealthy
                 workflow.set_current_details(
@@ -46,14 +49,23 @@ class FleetMonitor:
                     f"unhealthy (threshold {timings.disruption_threshold:g}). In `full`, nothing "
                     "is reaped or destroyed automatically."
                 )
-                workflow.upsert_memo({"fleet_state": view.state, "healthy": view.healthy,
-                                      "unhealthy": view.unhealthy})
+                workflow.upsert_memo(
+                    {
+                        "fleet_state": view.state,
+                        "healthy": view.healthy,
+                        "unhealthy": view.unhealthy,
+                    }
+                )
             self.view = view
-            upkeep = await run_activity(ReaperActivities.fleet_upkeep, workflow.now(),
-                                        summary="place owed work, reap strays")
+            upkeep = await run_activity(
+                ReaperActivities.fleet_upkeep,
+                workflow.now(),
+                summary="place owed work, reap strays",
+            )
             for target in sorted({w for _, w in upkeep.placed}):
                 await request_resync(target)
             if should_continue_as_new():
                 workflow.continue_as_new(timings)
-            await workflow.sleep(timedelta(seconds=timings.heartbeat_interval),
-                                 summary="next fleet check")
+            await workflow.sleep(
+                timedelta(seconds=timings.heartbeat_interval), summary="next fleet check"
+            )

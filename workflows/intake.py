@@ -10,8 +10,8 @@ liveness loop calls :meth:`ReportIntake.stage_chunks` and :meth:`ReportIntake.fo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from temporalio import workflow
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -66,7 +66,9 @@ class ReportIntake:
             return
         timings = live.timings
         decision = should_forward(
-            report.digest, live.forwarded_digest.get(kind), report.taken_at,
+            report.digest,
+            live.forwarded_digest.get(kind),
+            report.taken_at,
             live.forwarded_at.get(kind),
             # Half a heartbeat early: beats come at near-multiples of the interval, so the
             # decision never sits on a boundary that a replay could see a few ms apart.
@@ -100,9 +102,12 @@ class ReportIntake:
     def _next_batch(self) -> list[tuple[ReportChunk, datetime, str, bool]]:
         batch = [self.chunks.pop(0)]
         first = batch[0][0]
-        while (len(batch) < STAGE_PARALLEL and self.chunks
-               and (self.chunks[0][0].kind, self.chunks[0][0].report_id)
-               == (first.kind, first.report_id)):
+        while (
+            len(batch) < STAGE_PARALLEL
+            and self.chunks
+            and (self.chunks[0][0].kind, self.chunks[0][0].report_id)
+            == (first.kind, first.report_id)
+        ):
             batch.append(self.chunks.pop(0))
         return batch
 
@@ -112,18 +117,32 @@ class ReportIntake:
         for chunk, at, boot_id, returned in batch:
             staging = live.staging.get(chunk.kind)
             if staging is None or staging.report_id != chunk.report_id:
-                staging = Staging(report_id=chunk.report_id, count=chunk.count,
-                                  digest=chunk.digest, taken_at=at, boot_id=boot_id)
+                staging = Staging(
+                    report_id=chunk.report_id,
+                    count=chunk.count,
+                    digest=chunk.digest,
+                    taken_at=at,
+                    boot_id=boot_id,
+                )
                 live.staging[chunk.kind] = staging
             if (chunk.count, chunk.digest) != (staging.count, staging.digest):
-                self.reject(f"chunk {chunk.index} of report {chunk.report_id} disagrees "
-                            "with its first chunk on count or digest")
+                self.reject(
+                    f"chunk {chunk.index} of report {chunk.report_id} disagrees "
+                    "with its first chunk on count or digest"
+                )
                 continue
             handle = start_activity(
                 ReaperActivities.stage_chunk,
-                StageChunk(worker=live.worker, kind=chunk.kind, report_id=chunk.report_id,
-                           index=chunk.index, count=chunk.count, digest=chunk.digest,
-                           handles=chunk.handles, keep=self._kept_staged_id(chunk.kind)),
+                StageChunk(
+                    worker=live.worker,
+                    kind=chunk.kind,
+                    report_id=chunk.report_id,
+                    index=chunk.index,
+                    count=chunk.count,
+                    digest=chunk.digest,
+                    handles=chunk.handles,
+                    keep=self._kept_staged_id(chunk.kind),
+                ),
                 summary=f"stage {chunk.kind} chunk {chunk.index + 1}/{chunk.count}",
             )
             jobs.append((chunk, staging, returned, handle))
@@ -137,9 +156,17 @@ class ReportIntake:
             if not res.digest_ok:
                 self.reject(f"chunked report {chunk.report_id}: handles do not match digest")
                 continue
-            self.offer(Report(kind=chunk.kind, handles=[], staged_id=chunk.report_id,
-                              taken_at=staging.taken_at, boot_id=staging.boot_id,
-                              digest=staging.digest), force=returned)
+            self.offer(
+                Report(
+                    kind=chunk.kind,
+                    handles=[],
+                    staged_id=chunk.report_id,
+                    taken_at=staging.taken_at,
+                    boot_id=staging.boot_id,
+                    digest=staging.digest,
+                ),
+                force=returned,
+            )
 
     def _kept_staged_id(self, kind: str) -> str | None:
         last = self.live.last_reports.get(kind)
@@ -153,9 +180,16 @@ class ReportIntake:
         for i, part in enumerate(parts):
             await run_activity(
                 ReaperActivities.stage_chunk,
-                StageChunk(worker=live.worker, kind=report.kind, report_id=report_id, index=i,
-                           count=len(parts), digest=report.digest, handles=part,
-                           keep=self._kept_staged_id(report.kind)),
+                StageChunk(
+                    worker=live.worker,
+                    kind=report.kind,
+                    report_id=report_id,
+                    index=i,
+                    count=len(parts),
+                    digest=report.digest,
+                    handles=part,
+                    keep=self._kept_staged_id(report.kind),
+                ),
                 summary=f"stage large {report.kind} report {i + 1}/{len(parts)}",
             )
         return report.model_copy(update={"handles": [], "staged_id": report_id})
@@ -175,8 +209,9 @@ class ReportIntake:
                 continue  # superseded while staging: forward the newer one next round
             live.unforwarded.pop(kind, None)
             reports.append(report)
-            live.last_reports[kind] = report.model_copy(update={"also_seen": [],
-                                                               "restart_all": False})
+            live.last_reports[kind] = report.model_copy(
+                update={"also_seen": [], "restart_all": False}
+            )
         if not reports:
             return
         live.forwarded += len(reports)
@@ -193,8 +228,9 @@ class ReportIntake:
                 "report", reports
             )
         except Exception as exc:  # collector gone (terminated by hand): start a new one
-            workflow.logger.warning("collector of %s unreachable (%s); restarting it",
-                                    live.worker, exc)
+            workflow.logger.warning(
+                "collector of %s unreachable (%s); restarting it", live.worker, exc
+            )
             await self._start_collector(reports)
 
     async def _start_collector(self, reports: list[Report]) -> None:

@@ -24,8 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report
     from reaper.core.policy import liveness as policy
     from reaper.core.protocol import report_digest
-    from workflows.common import collector_id, run_activity, should_continue_as_new
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
+    from workflows.common import collector_id, run_activity, should_continue_as_new
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
 
@@ -58,15 +58,21 @@ class WorkerLiveness:
             return
         if live.state is WorkerState.retired or beat.boot_id == live.retired_boot_id:
             live.ignored += 1
-            workflow.logger.info("ignored beat seq=%s of %s: its boot %s was retired",
-                                 beat.seq, live.worker, beat.boot_id)
+            workflow.logger.info(
+                "ignored beat seq=%s of %s: its boot %s was retired",
+                beat.seq,
+                live.worker,
+                beat.boot_id,
+            )
             return
-        verdict = policy.fence(live.boot_id, live.last_seq, live.previous_boot_ids,
-                               beat.boot_id, beat.seq)
+        verdict = policy.fence(
+            live.boot_id, live.last_seq, live.previous_boot_ids, beat.boot_id, beat.seq
+        )
         if not verdict.accepted:
             live.ignored += 1
-            workflow.logger.debug("dropped %s beat seq=%s of %s", verdict.value, beat.seq,
-                                  live.worker)
+            workflow.logger.debug(
+                "dropped %s beat seq=%s of %s", verdict.value, beat.seq, live.worker
+            )
             return
         now = workflow.now()
         if verdict is policy.Fence.new_boot:
@@ -74,7 +80,10 @@ class WorkerLiveness:
             live.boot_id = beat.boot_id
         stall_after = live.timings.stall_after + DEADLINE_SLACK_S if live.timings else math.inf
         returned = policy.is_return(
-            live.state, live.last_heartbeat_at, now, stall_after,
+            live.state,
+            live.last_heartbeat_at,
+            now,
+            stall_after,
             forced_reap_pending=live.reap_forced and live.reap_request is not None,
         )
         if live.last_heartbeat_at is None:
@@ -99,17 +108,32 @@ class WorkerLiveness:
         for kind in KINDS:
             handles = beat.report(kind)
             if handles is not None:
-                self.intake.offer(Report(kind=kind, handles=handles, taken_at=now,
-                                         boot_id=beat.boot_id, digest=report_digest(handles)),
-                                  force=returned)
+                self.intake.offer(
+                    Report(
+                        kind=kind,
+                        handles=handles,
+                        taken_at=now,
+                        boot_id=beat.boot_id,
+                        digest=report_digest(handles),
+                    ),
+                    force=returned,
+                )
             elif beat.digests and kind in beat.digests:
                 # "Unchanged, and this is its digest": a complete report if the controller
                 # holds that very report; otherwise liveness only (the agent resends).
                 known = self.intake.known_report(kind, beat.digests[kind])
                 if known is not None:
-                    self.intake.offer(known.model_copy(update={
-                        "taken_at": now, "boot_id": beat.boot_id, "also_seen": [],
-                        "restart_all": False}), force=returned)
+                    self.intake.offer(
+                        known.model_copy(
+                            update={
+                                "taken_at": now,
+                                "boot_id": beat.boot_id,
+                                "also_seen": [],
+                                "restart_all": False,
+                            }
+                        ),
+                        force=returned,
+                    )
         if beat.chunk is not None:
             self.intake.chunks.append((beat.chunk, now, beat.boot_id, returned))
 
@@ -141,8 +165,9 @@ class WorkerLiveness:
         what = "drain" if draining else "undrain"
         req = self._parse(ReasonInput, raw if raw is not None else {}, what)
         if req is not None:
-            self.steps.drain_change = DrainChange(worker=self.live.worker, draining=draining,
-                                                  reason=req.reason, actor=req.actor)
+            self.steps.drain_change = DrainChange(
+                worker=self.live.worker, draining=draining, reason=req.reason, actor=req.actor
+            )
 
     @workflow.signal(name="retire")
     def retire(self, raw: Any) -> None:
@@ -181,18 +206,27 @@ class WorkerLiveness:
         live = self.live
         missing = {k: st.missing for k, st in live.collected.items()}
         return StateView(
-            worker=live.worker, state=live.state.value, boot_id=live.boot_id,
+            worker=live.worker,
+            state=live.state.value,
+            boot_id=live.boot_id,
             last_seq=live.last_seq if live.last_seq >= 0 else None,
-            last_heartbeat_at=live.last_heartbeat_at, missing=sum(missing.values()),
+            last_heartbeat_at=live.last_heartbeat_at,
+            missing=sum(missing.values()),
             assignments=list(live.assignments),
             orphans=sorted({h for st in live.collected.values() for h in st.orphans}),
-            draining=live.draining, state_since=live.state_since, rejected=live.rejected,
-            last_rejection=live.last_rejection, ignored=live.ignored, missing_by_kind=missing,
+            draining=live.draining,
+            state_since=live.state_since,
+            rejected=live.rejected,
+            last_rejection=live.last_rejection,
+            ignored=live.ignored,
+            missing_by_kind=missing,
             pending_reports=self.intake.backlog(),
-            orphans_by_kind={k: list(st.orphans) for k, st in live.collected.items()
-                             if st.orphans},
-            report_digests={k: r.digest for k in KINDS
-                            if (r := live.unforwarded.get(k) or live.last_reports.get(k))},
+            orphans_by_kind={k: list(st.orphans) for k, st in live.collected.items() if st.orphans},
+            report_digests={
+                k: r.digest
+                for k in KINDS
+                if (r := live.unforwarded.get(k) or live.last_reports.get(k))
+            },
             forwarded_reports=live.forwarded,
         )
 
@@ -218,12 +252,16 @@ class WorkerLiveness:
                 return
             # Operator requests and chunks live outside the carried state: hand over only
             # once they are handled (a signal in this very activation is seen here).
-            if (should_continue_as_new() and not self.intake.chunks
-                    and self.steps.drain_change is None):
+            if (
+                should_continue_as_new()
+                and not self.intake.chunks
+                and self.steps.drain_change is None
+            ):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             fired = await self.timer.wait(
-                self.clock.next_deadline(), self._has_work,
+                self.clock.next_deadline(),
+                self._has_work,
                 f"{live.state.value}: next liveness deadline",
             )
             if fired is not None:
@@ -232,15 +270,15 @@ class WorkerLiveness:
     async def _registers_afresh(self) -> bool:
         """A new run: ignore what a retired boot sent (§5.1); False if nothing else came."""
         live = self.live
-        record = await run_activity(ReaperActivities.worker_record, live.worker,
-                                    summary=f"read {live.worker}")
+        record = await run_activity(
+            ReaperActivities.worker_record, live.worker, summary=f"read {live.worker}"
+        )
         if record.state is not WorkerState.retired:
             return True
         live.retired_boot_id = record.boot_id
         if live.boot_id != record.boot_id:
             return True  # a new boot: it registers afresh
-        workflow.logger.info("beats of %s's retired boot %s ignored", live.worker,
-                             record.boot_id)
+        workflow.logger.info("beats of %s's retired boot %s ignored", live.worker, record.boot_id)
         return False
 
     async def _end_retired(self) -> None:

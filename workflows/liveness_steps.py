@@ -8,8 +8,8 @@ recorded, and reports are forwarded only once the worker's latest return is reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 from temporalio import workflow
 
@@ -66,30 +66,44 @@ class LivenessSteps:
             return True
         if live.state is WorkerState.running and live.recorded_return != live.returned_at:
             return True
-        lag = (live.last_heartbeat_at - (live.recorded_heartbeat_at or live.last_heartbeat_at))
+        lag = live.last_heartbeat_at - (live.recorded_heartbeat_at or live.last_heartbeat_at)
         return lag.total_seconds() >= self.timings.stall_after / 2
 
     def need_retire(self) -> bool:
         live = self.live
-        return (live.retire_request is not None and live.retire_retry_at is None
-                and live.state is not WorkerState.retired)
+        return (
+            live.retire_request is not None
+            and live.retire_retry_at is None
+            and live.state is not WorkerState.retired
+        )
 
     def need_reap(self) -> bool:
         live = self.live
-        return (live.reap_request is not None and live.reap_retry_at is None
-                and live.recorded_state is WorkerState.lost)
+        return (
+            live.reap_request is not None
+            and live.reap_retry_at is None
+            and live.recorded_state is WorkerState.lost
+        )
 
     def need_forward(self) -> bool:
         live = self.live
-        return (bool(live.unforwarded) and live.recorded_state is WorkerState.running
-                and live.recorded_return == live.returned_at)
+        return (
+            bool(live.unforwarded)
+            and live.recorded_state is WorkerState.running
+            and live.recorded_return == live.returned_at
+        )
 
     def has_work(self) -> bool:
         """Whether :meth:`step` would do anything now."""
-        return (self.need_record() or self.need_reap() or self.need_retire()
-                or self.drain_change is not None
-                or self.need_forward() or bool(self.intake.chunks)
-                or self.shown != self.attribute_values())
+        return (
+            self.need_record()
+            or self.need_reap()
+            or self.need_retire()
+            or self.drain_change is not None
+            or self.need_forward()
+            or bool(self.intake.chunks)
+            or self.shown != self.attribute_values()
+        )
 
     async def step(self, judge: Callable[[], None]) -> None:
         """One turn: judge the clock, then record, drain, reap, stage, forward, show."""
@@ -126,9 +140,14 @@ class LivenessSteps:
         done = await run_activity(
             ReaperActivities.record_worker_state,
             WorkerStateChange(
-                worker=live.worker, state=state, at=live.state_since or workflow.now(),
-                boot_id=live.boot_id, last_seq=live.last_seq if live.last_seq >= 0 else None,
-                last_heartbeat_at=live.last_heartbeat_at, reason=reason, actor=actor,
+                worker=live.worker,
+                state=state,
+                at=live.state_since or workflow.now(),
+                boot_id=live.boot_id,
+                last_seq=live.last_seq if live.last_seq >= 0 else None,
+                last_heartbeat_at=live.last_heartbeat_at,
+                reason=reason,
+                actor=actor,
                 returned_at=back,
             ),
             summary=f"{live.worker}: {before} -> {state.value}",
@@ -150,12 +169,12 @@ class LivenessSteps:
         change, self.drain_change = self.drain_change, None
         assert change is not None
         verb = "drain" if change.draining else "undrain"
-        changed = await run_activity(ReaperActivities.set_draining, change,
-                                     summary=f"{verb} {live.worker}")
+        changed = await run_activity(
+            ReaperActivities.set_draining, change, summary=f"{verb} {live.worker}"
+        )
         live.draining = change.draining
         live.drain_reason = change.reason if change.draining else None
-        workflow.logger.info("%s of %s (changed=%s): %s", verb, live.worker, changed,
-                             change.reason)
+        workflow.logger.info("%s of %s (changed=%s): %s", verb, live.worker, changed, change.reason)
 
     async def retire(self) -> None:
         """Retire the worker (§5.1): tasks reaped and replaced, handle rows destroyed, the
@@ -165,21 +184,29 @@ class LivenessSteps:
         assert req is not None
         result = await run_activity(
             ReaperActivities.retire_worker,
-            RetireRequest(worker=live.worker, reason=req.reason, actor=req.actor,
-                          automatic=live.retire_automatic, at=workflow.now(),
-                          retire_after=t.retire_after, dry_run=t.dry_run),
+            RetireRequest(
+                worker=live.worker,
+                reason=req.reason,
+                actor=req.actor,
+                automatic=live.retire_automatic,
+                at=workflow.now(),
+                retire_after=t.retire_after,
+                dry_run=t.dry_run,
+            ),
             summary=f"retire {live.worker}: {req.reason}",
         )
         for target in sorted({w for _, w in result.replacements}):
             await request_resync(target)
         done = result.refused in (None, "already retired") and not t.dry_run
         if not done:
-            workflow.logger.warning("retirement of %s not done: %s", live.worker,
-                                    result.refused or "dry run")
+            workflow.logger.warning(
+                "retirement of %s not done: %s", live.worker, result.refused or "dry run"
+            )
             if live.retire_automatic:  # the clock asks again; a dry run only once a period
                 later = t.retire_after if t.dry_run else t.stall_after
                 live.retire_retry_at = result.retry_at or (
-                    workflow.now() + timedelta(seconds=later))
+                    workflow.now() + timedelta(seconds=later)
+                )
             else:
                 live.retire_request = None
             return
@@ -199,20 +226,31 @@ class LivenessSteps:
             # While the fleet is in full disruption, wait without starting a reap child per
             # attempt (the reap activity decides again, in its transaction, anyway).
             if seen is None:
-                seen = (await run_activity(ReaperActivities.fleet_status, workflow.now(),
-                                           summary="fleet disruption check before reaping")
-                        ).state
+                seen = (
+                    await run_activity(
+                        ReaperActivities.fleet_status,
+                        workflow.now(),
+                        summary="fleet disruption check before reaping",
+                    )
+                ).state
             if FleetState(seen) is FleetState.full:
                 live.reap_retry_at = workflow.now() + timedelta(seconds=t.stall_after)
-                workflow.logger.warning("reap of %s deferred: fleet in full disruption",
-                                        live.worker)
+                workflow.logger.warning(
+                    "reap of %s deferred: fleet in full disruption", live.worker
+                )
                 return
         live.reaps += 1
         result: ReapResult = await workflow.execute_child_workflow(
             WorkerReap.run,
-            ReapInput(worker=live.worker, reason=req.reason, actor=req.actor,
-                      forced=live.reap_forced, lost_after=t.lost_after,
-                      last_heartbeat_at=live.last_heartbeat_at, dry_run=t.dry_run),
+            ReapInput(
+                worker=live.worker,
+                reason=req.reason,
+                actor=req.actor,
+                forced=live.reap_forced,
+                lost_after=t.lost_after,
+                last_heartbeat_at=live.last_heartbeat_at,
+                dry_run=t.dry_run,
+            ),
             id=reap_id(live.worker, live.reaps),
             static_summary=f"reap {live.worker}: {req.reason}",
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
@@ -222,8 +260,9 @@ class LivenessSteps:
             return
         retry = result.retry_at or workflow.now() + timedelta(seconds=t.stall_after)
         live.reap_retry_at = max(retry, workflow.now() + timedelta(seconds=1))
-        workflow.logger.warning("reap of %s refused: %s; retry at %s",
-                                live.worker, result.refused, live.reap_retry_at)
+        workflow.logger.warning(
+            "reap of %s refused: %s; retry at %s", live.worker, result.refused, live.reap_retry_at
+        )
         if live.reap_forced:  # forced reaps are refused only for unknown workers: give up
             live.reap_request, live.reap_forced, live.reap_retry_at = None, False, None
 
@@ -241,8 +280,10 @@ class LivenessSteps:
         if values == self.shown:
             return
         self.shown = values
-        workflow.upsert_search_attributes([
-            WORKER_ATTR.value_set(self.live.worker),
-            STATE_ATTR.value_set(values[0]),
-            MISSING_ATTR.value_set(values[1]),
-        ])
+        workflow.upsert_search_attributes(
+            [
+                WORKER_ATTR.value_set(self.live.worker),
+                STATE_ATTR.value_set(values[0]),
+                MISSING_ATTR.value_set(values[1]),
+            ]
+        )

@@ -24,9 +24,16 @@ class WorkerReap:
     async def run(self, inp: ReapInput) -> ReapResult:
         result: ReapResult = await run_activity(
             ReaperActivities.reap_worker,
-            ReapRequest(worker=inp.worker, reason=inp.reason, actor=inp.actor,
-                        forced=inp.forced, lost_after=inp.lost_after, at=workflow.now(),
-                        last_heartbeat_at=inp.last_heartbeat_at, dry_run=inp.dry_run),
+            ReapRequest(
+                worker=inp.worker,
+                reason=inp.reason,
+                actor=inp.actor,
+                forced=inp.forced,
+                lost_after=inp.lost_after,
+                at=workflow.now(),
+                last_heartbeat_at=inp.last_heartbeat_at,
+                dry_run=inp.dry_run,
+            ),
             summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",
         )
         for target in sorted({w for _, w in result.replacements}):

@@ -17,8 +17,8 @@ nothing imports it. Modules:
 
 from __future__ import annotations
 
-from reaper.cli.app import app
 from reaper.cli import commands  # noqa: F401  (registers every command on app)
+from reaper.cli.app import app
 
 __all__ = ["app", "main"]
 

@@ -34,7 +34,12 @@ from temporalio.client import Client
 
 from reaper.cli.agent_connection import ClientFactory, client_factory, short_error
 from reaper.core.contract import (
-    HEARTBEAT_SIGNAL, KINDS, LIVENESS_WORKFLOW, STATE_QUERY, StateView, liveness_id,
+    HEARTBEAT_SIGNAL,
+    KINDS,
+    LIVENESS_WORKFLOW,
+    STATE_QUERY,
+    StateView,
+    liveness_id,
 )
 from reaper.core.protocol import build_beats
 
@@ -129,8 +134,11 @@ class Agent:
                     rpc_timeout=timeout,
                 )
                 self.beats_sent += 1
-                log.debug("beat seq=%s %s", payload["seq"],
-                          " ".join(f"{k}={len(payload[k])}" for k in KINDS if k in payload))  # type: ignore[arg-type]
+                log.debug(
+                    "beat seq=%s %s",
+                    payload["seq"],
+                    " ".join(f"{k}={len(payload[k])}" for k in KINDS if k in payload),
+                )  # type: ignore[arg-type]
             step = "state query"
             # The query must not delay the next beat: it gets what is left of this interval.
             left = max(1.0, self.interval - (time.monotonic() - began))
@@ -141,8 +149,13 @@ class Agent:
             self.failures += 1
             if self._failing != step:
                 hint = " (is the controller running?)" if step == "state query" else ""
-                log.warning("%s failed: %s%s; retrying every %gs", step, short_error(exc), hint,
-                            self.interval)
+                log.warning(
+                    "%s failed: %s%s; retrying every %gs",
+                    step,
+                    short_error(exc),
+                    hint,
+                    self.interval,
+                )
             self._failing = step
             return None
         if self._failing is not None:
@@ -156,8 +169,9 @@ class Agent:
         """Start assigned tasks and remove orphans; returns ``(started, removed)``."""
         state = (view.state, view.draining)
         if state != self._last_state:
-            log.info("worker %s is %s%s", self.worker, view.state,
-                     " (draining)" if view.draining else "")
+            log.info(
+                "worker %s is %s%s", self.worker, view.state, " (draining)" if view.draining else ""
+            )
             self._last_state = state
         started = []
         for task_id in view.assignments:
@@ -185,8 +199,13 @@ class Agent:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Beat every ``interval`` seconds until ``stop`` is set."""
         stop = stop or asyncio.Event()
-        log.info("agent %s starting: boot_id %s, state in %s, every %gs",
-                 self.worker, self.boot_id, self.state_dir, self.interval)
+        log.info(
+            "agent %s starting: boot_id %s, state in %s, every %gs",
+            self.worker,
+            self.boot_id,
+            self.state_dir,
+            self.interval,
+        )
         while not stop.is_set():
             started = time.monotonic()
             beat = asyncio.create_task(self.beat_once())

@@ -8,7 +8,7 @@ errors: the agent logs an outage once itself.
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -28,9 +28,13 @@ def _quiet_runtime() -> Runtime:
     once itself, instead of the core's warning per retried call."""
     global _runtime
     if _runtime is None:
-        _runtime = Runtime(telemetry=TelemetryConfig(
-            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
-        ))
+        _runtime = Runtime(
+            telemetry=TelemetryConfig(
+                logging=LoggingConfig(
+                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")
+                )
+            )
+        )
     return _runtime
 
 
@@ -50,10 +54,14 @@ def client_factory(address: str | None, namespace: str, interval: float) -> Clie
     async def factory() -> Client:
         return await asyncio.wait_for(
             Client.connect(
-                address or DEFAULT_ADDRESS, namespace=namespace,
-                data_converter=pydantic_data_converter, runtime=_quiet_runtime(),
+                address or DEFAULT_ADDRESS,
+                namespace=namespace,
+                data_converter=pydantic_data_converter,
+                runtime=_quiet_runtime(),
                 retry_config=RetryConfig(
-                    initial_interval_millis=100, max_interval_millis=500, max_retries=3,
+                    initial_interval_millis=100,
+                    max_interval_millis=500,
+                    max_retries=3,
                     max_elapsed_time_millis=int(max(interval, 1.0) * 1000),
                 ),
             ),

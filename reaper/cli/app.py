@@ -33,12 +33,17 @@ CLI_CONNECT_DEADLINE_S = 10.0
 """Operator commands give up on an unreachable Temporal after this long (seconds)."""
 
 ADDRESS_OPTION: Any = typer.Option(
-    None, "--address", "--temporal-address",
-    help="Temporal host:port [env REAPER_TEMPORAL_ADDRESS; default 127.0.0.1:7233]")
-NAMESPACE_OPTION: Any = typer.Option(None, "--namespace",
-                                     help="Temporal namespace [env REAPER_NAMESPACE]")
-TASK_QUEUE_OPTION: Any = typer.Option(None, "--task-queue",
-                                      help="controller task queue [env REAPER_TASK_QUEUE]")
+    None,
+    "--address",
+    "--temporal-address",
+    help="Temporal host:port [env REAPER_TEMPORAL_ADDRESS; default 127.0.0.1:7233]",
+)
+NAMESPACE_OPTION: Any = typer.Option(
+    None, "--namespace", help="Temporal namespace [env REAPER_NAMESPACE]"
+)
+TASK_QUEUE_OPTION: Any = typer.Option(
+    None, "--task-queue", help="controller task queue [env REAPER_TASK_QUEUE]"
+)
 
 
 class CliError(Exception):
@@ -102,10 +107,13 @@ async def connect_temporal(settings: Settings) -> Any:
 
     logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
     try:
-        return await connect(settings.temporal_address, settings.namespace,
-                             deadline_s=CLI_CONNECT_DEADLINE_S)
+        return await connect(
+            settings.temporal_address, settings.namespace, deadline_s=CLI_CONNECT_DEADLINE_S
+        )
     except Unreachable:
         target = settings.temporal_address or DEFAULT_ADDRESS
-        raise CliError(f"Temporal unreachable at {target} after {CLI_CONNECT_DEADLINE_S:g}s "
-                       "(is `reaper run` running? otherwise set REAPER_TEMPORAL_ADDRESS "
-                       "or --address)") from None
+        raise CliError(
+            f"Temporal unreachable at {target} after {CLI_CONNECT_DEADLINE_S:g}s "
+            "(is `reaper run` running? otherwise set REAPER_TEMPORAL_ADDRESS "
+            "or --address)"
+        ) from None

@@ -42,8 +42,11 @@ class EmbeddedPostgres:
         except Exception as exc:
             raise StackError(
                 f"embedded Postgres did not start in {self.pgdata}: {exc}"
-                + (f"; last lines of its log:\n{tail(self.pgdata / 'log')}"
-                   if (self.pgdata / "log").exists() else "")
+                + (
+                    f"; last lines of its log:\n{tail(self.pgdata / 'log')}"
+                    if (self.pgdata / "log").exists()
+                    else ""
+                )
             ) from exc
         self._server = server
         return str(server.get_uri())
@@ -71,9 +74,10 @@ class EmbeddedPostgres:
 
         try:
             _commands.pg_ctl(  # type: ignore[attr-defined]
-                ["-w", "-m", "fast", "stop"], pgdata=self.pgdata,
-                user=getattr(self._server, "system_user", None), timeout=30,
+                ["-w", "-m", "fast", "stop"],
+                pgdata=self.pgdata,
+                user=getattr(self._server, "system_user", None),
+                timeout=30,
             )
         except Exception as exc:  # already stopping, or gone
             log.warning("pg_ctl stop of %s: %s", self.pgdata, exc)
-

@@ -16,9 +16,10 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO
 
 log = logging.getLogger("reaper.stack")
 
@@ -41,9 +42,7 @@ def find_temporal() -> str:
     Raises:
         StackError: it is on neither ``PATH`` nor this interpreter's scripts directory.
     """
-    found = shutil.which("temporal") or shutil.which(
-        "temporal", path=sysconfig.get_path("scripts")
-    )
+    found = shutil.which("temporal") or shutil.which("temporal", path=sysconfig.get_path("scripts"))
     if not found:
         raise StackError(
             "the temporal CLI was not found: install the project (pip install -e .), which "
@@ -194,4 +193,3 @@ class Child:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(5)
-

@@ -14,9 +14,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from reaper.cli.postgres import EmbeddedPostgres
 from reaper.cli.processes import Child, StackError, find_temporal, is_listening
@@ -116,24 +116,34 @@ class Stack:
             )
         ip = "127.0.0.1" if host in ("localhost",) else host
         argv = [
-            find_temporal(), "server", "start-dev",
-            "--ip", ip, "--port", str(port), "--ui-port", str(s.ui_port),
-            "--db-filename", str(self.state_dir / "temporal.db"),
-            "--namespace", s.namespace,
+            find_temporal(),
+            "server",
+            "start-dev",
+            "--ip",
+            ip,
+            "--port",
+            str(port),
+            "--ui-port",
+            str(s.ui_port),
+            "--db-filename",
+            str(self.state_dir / "temporal.db"),
+            "--namespace",
+            s.namespace,
             "--ui-disable-news-fetch",
-            "--log-level", "warn",
+            "--log-level",
+            "warn",
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():  # ReaperWorker=Keyword, ...
             argv += ["--search-attribute", f"{name}={kind.capitalize()}"]
-        self.temporal = Child("temporal", argv, dict(os.environ),
-                              log_path=self.state_dir / "temporal.log")
+        self.temporal = Child(
+            "temporal", argv, dict(os.environ), log_path=self.state_dir / "temporal.log"
+        )
         self.temporal.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not is_listening(host, port, timeout=0.2):
             if not self.temporal.alive():
                 raise StackError(
-                    "the Temporal dev server exited at start"
-                    + self.temporal.log_hint()
+                    "the Temporal dev server exited at start" + self.temporal.log_hint()
                 )
             if time.monotonic() > deadline:
                 raise StackError(
@@ -160,7 +170,9 @@ class Stack:
         for name, value in self.settings.model_dump().items():
             if value is None:
                 continue
-            env[f"REAPER_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+            env[f"REAPER_{name.upper()}"] = (
+                str(value).lower() if isinstance(value, bool) else str(value)
+            )
         env["REAPER_TEMPORAL_ADDRESS"] = self.temporal_address
         env["REAPER_DATABASE_URL"] = self.database_url
         env["REAPER_STATE_DIR"] = str(self.state_dir)
@@ -169,8 +181,11 @@ class Stack:
 
     def _start_controller(self, on_progress: Callable[[str], None]) -> None:
         self.controller = Child(
-            "controller", [sys.executable, *CONTROLLER_CMD], self.controller_env(),
-            log_path=self.controller_log, fatal_codes=frozenset({BAD_CONFIG_EXIT}),
+            "controller",
+            [sys.executable, *CONTROLLER_CMD],
+            self.controller_env(),
+            log_path=self.controller_log,
+            fatal_codes=frozenset({BAD_CONFIG_EXIT}),
         )
         self.controller.start()
         on_progress(f"controller started (pid {self.controller.pid})")

@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     ui_port: int = 8233
 
     @model_validator(mode="after")
-    def _check_relations(self) -> "Settings":
+    def _check_relations(self) -> Settings:
         if self.heartbeat_interval <= 0:
             raise ValueError("REAPER_HEARTBEAT_INTERVAL must be greater than 0")
         if self.stall_after < 2 * self.heartbeat_interval:

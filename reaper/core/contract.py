@@ -91,7 +91,9 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 def _check_digest(value: str) -> str:
     if not _HEX64.match(value):
-        raise ValueError("a digest is 64 lowercase hex characters (sha256, reaper.core.protocol.report_digest)")
+        raise ValueError(
+            "a digest is 64 lowercase hex characters (sha256, reaper.core.protocol.report_digest)"
+        )
     return value
 
 
@@ -120,7 +122,7 @@ class ReportChunk(BaseModel):
     handles: list[Handle]
 
     @model_validator(mode="after")
-    def _index_in_range(self) -> "ReportChunk":
+    def _index_in_range(self) -> ReportChunk:
         if self.index >= self.count:
             raise ValueError("chunk index must be less than count")
         return self
@@ -195,5 +197,3 @@ class StateView(BaseModel):
     """Complete reports received but not yet handed to the collector."""
     forwarded_reports: int = 0
     """Complete reports handed to the collector so far."""
-
-

@@ -20,7 +20,7 @@ class LivenessInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     worker: str
-    carried: "LivenessState | None" = None
+    carried: LivenessState | None = None
 
 
 class Timings(BaseModel):

@@ -12,11 +12,10 @@ handles, an agent can instead send, per kind:
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Mapping
-
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from reaper.core.contract import KINDS
 
@@ -48,7 +47,7 @@ def build_beats(
         and the digests of unchanged lists.
     """
     known = controller_digests or {}
-    now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     seq = first_seq
     beats: list[dict[str, Any]] = []
     main: dict[str, Any] = {"worker": worker, "boot_id": boot_id, "sent_at": now}
@@ -66,11 +65,22 @@ def build_beats(
             parts = chunk_handles(sorted(set(handles)), CHUNK_MAX_BYTES)
             report_id = f"{boot_id[:12]}-{seq}-{kind}"
             for i, part in enumerate(parts):
-                beats.append({
-                    "worker": worker, "boot_id": boot_id, "seq": seq, "sent_at": now,
-                    "chunk": {"kind": kind, "report_id": report_id, "index": i,
-                              "count": len(parts), "digest": digest, "handles": part},
-                })
+                beats.append(
+                    {
+                        "worker": worker,
+                        "boot_id": boot_id,
+                        "seq": seq,
+                        "sent_at": now,
+                        "chunk": {
+                            "kind": kind,
+                            "report_id": report_id,
+                            "index": i,
+                            "count": len(parts),
+                            "digest": digest,
+                            "handles": part,
+                        },
+                    }
+                )
                 seq += 1
     if digests:
         main["digests"] = digests

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
@@ -20,7 +20,7 @@ from reaper.core.config import Settings
 from reaper.core.contract import WorkerState
 from reaper.core.policy.collection import RowVerdict, may_destroy, report_decides, row_verdict
 
-T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 TTL = 300.0
 CASES = 120
 KIND_STATES = {
@@ -28,8 +28,11 @@ KIND_STATES = {
     "volumes": ["creating", "created", "destroying"],
     "tasks": ["pending", "running", "lost", "stopped"],
 }
-TABLE_KEY = {"containers": ("reaper.containers", "handle"),
-             "volumes": ("reaper.volumes", "handle"), "tasks": ("reaper.tasks", "id")}
+TABLE_KEY = {
+    "containers": ("reaper.containers", "handle"),
+    "volumes": ("reaper.volumes", "handle"),
+    "tasks": ("reaper.tasks", "id"),
+}
 
 
 def at(seconds: float) -> datetime:
@@ -62,16 +65,23 @@ def draw_case(rng: random.Random, n: int) -> Case:
     rows = []
     for i in range(rng.randint(1, 6)):
         marked = rng.random() < 0.4
-        rows.append(Row(
-            handle=f"{worker}-{kind[0]}{i}", state=rng.choice(KIND_STATES[kind]),
-            changed=at(rng.choice([0, 50, 100, 150, 200])),
-            missing_since=at(rng.choice([-400, -300, -100, 0, 50])) if marked else None,
-            in_report=rng.random() < 0.5,
-        ))
+        rows.append(
+            Row(
+                handle=f"{worker}-{kind[0]}{i}",
+                state=rng.choice(KIND_STATES[kind]),
+                changed=at(rng.choice([0, 50, 100, 150, 200])),
+                missing_since=at(rng.choice([-400, -300, -100, 0, 50])) if marked else None,
+                in_report=rng.random() < 0.5,
+            )
+        )
     return Case(
-        worker=worker, kind=kind, worker_state=rng.choice(["running"] * 3 + ["stalled", "lost"]),
-        state_since=at(rng.choice([-1000, 0, 100, 200])), taken_at=at(rng.choice([100, 150, 300])),
-        fleet_full=rng.random() < 0.15, rows=rows,
+        worker=worker,
+        kind=kind,
+        worker_state=rng.choice(["running"] * 3 + ["stalled", "lost"]),
+        state_since=at(rng.choice([-1000, 0, 100, 200])),
+        taken_at=at(rng.choice([100, 150, 300])),
+        fleet_full=rng.random() < 0.15,
+        rows=rows,
     )
 
 
@@ -82,18 +92,23 @@ async def load(pool: asyncpg.Pool, cases: list[Case]) -> None:
         for c in cases:
             await conn.execute(
                 "INSERT INTO reaper.workers (name, state, state_since) VALUES ($1, $2, $3)",
-                c.worker, c.worker_state, c.state_since)
+                c.worker,
+                c.worker_state,
+                c.state_since,
+            )
             table, key = TABLE_KEY[c.kind]
             await conn.executemany(
                 f"INSERT INTO {table} ({key}, worker, state, state_changed_at, missing_since)"
                 " VALUES ($1, $2, $3, $4, $5)",
-                [(r.handle, c.worker, r.state, r.changed, r.missing_since) for r in c.rows])
+                [(r.handle, c.worker, r.state, r.changed, r.missing_since) for r in c.rows],
+            )
 
 
 async def marks(pool: asyncpg.Pool, case: Case) -> dict[str, datetime | None]:
     table, key = TABLE_KEY[case.kind]
-    rows = await pool.fetch(f"SELECT {key} AS h, missing_since FROM {table} WHERE worker = $1",
-                            case.worker)
+    rows = await pool.fetch(
+        f"SELECT {key} AS h, missing_since FROM {table} WHERE worker = $1", case.worker
+    )
     return {r["h"]: r["missing_since"] for r in rows}
 
 
@@ -104,16 +119,32 @@ async def test_reconcile_sql_agrees_with_row_verdict(pool: asyncpg.Pool) -> None
     acts = ReaperActivities(pool, Settings(_env_file=None))
     checked = 0
     for c in cases:
-        await acts.reconcile_report(ReconcileInput(
-            worker=c.worker, kind=c.kind, handles=[r.handle for r in c.rows if r.in_report],
-            taken_at=c.taken_at, missing_ttl=TTL, creating_timeout=10**7, confirmed=True))
+        await acts.reconcile_report(
+            ReconcileInput(
+                worker=c.worker,
+                kind=c.kind,
+                handles=[r.handle for r in c.rows if r.in_report],
+                taken_at=c.taken_at,
+                missing_ttl=TTL,
+                creating_timeout=10**7,
+                confirmed=True,
+            )
+        )
         after = await marks(pool, c)
         decides = report_decides(c.worker_state, c.state_since, c.taken_at) is None
         for r in c.rows:
-            verdict = (row_verdict(c.kind, r.state, r.changed, r.missing_since is not None,
-                                   r.in_report, c.taken_at) if decides else RowVerdict.keep)
-            expected = {RowVerdict.mark: c.taken_at, RowVerdict.clear: None,
-                        RowVerdict.keep: r.missing_since}[verdict]
+            verdict = (
+                row_verdict(
+                    c.kind, r.state, r.changed, r.missing_since is not None, r.in_report, c.taken_at
+                )
+                if decides
+                else RowVerdict.keep
+            )
+            expected = {
+                RowVerdict.mark: c.taken_at,
+                RowVerdict.clear: None,
+                RowVerdict.keep: r.missing_since,
+            }[verdict]
             assert after[r.handle] == expected, (c, r, verdict)
             checked += 1
     assert checked > 2 * CASES  # the draw really exercised rows
@@ -126,19 +157,31 @@ async def test_destroy_sql_agrees_with_may_destroy(pool: asyncpg.Pool) -> None:
     acts = ReaperActivities(pool, Settings(_env_file=None))
     destroyed_any = kept_any = False
     for c in cases:
-        await pool.execute("UPDATE reaper.fleet SET state = $1 WHERE id = 1",
-                           "full" if c.fleet_full else "normal")
-        await acts.destroy_missing(DestroyInput(
-            worker=c.worker, kind=c.kind, cutoff=c.taken_at - timedelta(seconds=TTL),
-            missing_ttl=TTL))
+        await pool.execute(
+            "UPDATE reaper.fleet SET state = $1 WHERE id = 1", "full" if c.fleet_full else "normal"
+        )
+        await acts.destroy_missing(
+            DestroyInput(
+                worker=c.worker,
+                kind=c.kind,
+                cutoff=c.taken_at - timedelta(seconds=TTL),
+                missing_ttl=TTL,
+            )
+        )
         after = await marks(pool, c)
         table, key = TABLE_KEY[c.kind]
         for r in c.rows:
-            expected = may_destroy(c.kind, r.state, r.missing_since, c.taken_at, TTL,
-                                   WorkerState(c.worker_state), c.fleet_full)
+            expected = may_destroy(
+                c.kind,
+                r.state,
+                r.missing_since,
+                c.taken_at,
+                TTL,
+                WorkerState(c.worker_state),
+                c.fleet_full,
+            )
             if c.kind == "tasks":
-                state = await pool.fetchval(f"SELECT state FROM {table} WHERE {key} = $1",
-                                            r.handle)
+                state = await pool.fetchval(f"SELECT state FROM {table} WHERE {key} = $1", r.handle)
                 gone = state == "stopped" and r.state != "stopped"
             else:
                 gone = r.handle not in after

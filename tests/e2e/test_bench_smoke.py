@@ -21,8 +21,12 @@ from tests.support.paths import ROOT
 def test_quick_bench_prints_every_metric() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=280,
+        [sys.executable, "-m", "bench", "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     out = proc.stdout
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-4000:]}\n{proc.stderr[-4000:]}"

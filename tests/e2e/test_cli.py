@@ -26,24 +26,34 @@ from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 
-FAST = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5,
-            resync_interval=0.4)
+FAST = dict(
+    heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5, resync_interval=0.4
+)
 
 
-def reaper(*args: str, env: dict[str, str] | None = None,
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def reaper(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run ``reaper ARGS`` in a fresh process; no ``.env`` of the caller leaks in."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "reaper.cli", *args], env=full_env,
-                          capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parent)
+    return subprocess.run(
+        [sys.executable, "-m", "reaper.cli", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).parent,
+    )
 
 
 def address(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
 
 
-async def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+async def run_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``reaper`` in a thread, so the in-process controller keeps serving meanwhile."""
     return await asyncio.to_thread(reaper, *args, env=env)
 
@@ -77,19 +87,27 @@ async def test_workers_drain_and_force_reap_of_a_running_worker(
     async def same_client() -> Client:
         return client
 
-    agent = Agent(worker=f"cli-{uuid.uuid4().hex[:6]}", state_dir=tmp_path, task_queue=tq,
-                  interval=FAST["heartbeat_interval"], client_factory=same_client)
+    agent = Agent(
+        worker=f"cli-{uuid.uuid4().hex[:6]}",
+        state_dir=tmp_path,
+        task_queue=tq,
+        interval=FAST["heartbeat_interval"],
+        client_factory=same_client,
+    )
     w = agent.worker
     (tmp_path / "tasks" / "t-1").touch()
-    await pool.execute("INSERT INTO reaper.tasks (id, worker, state) VALUES ('t-1', $1,"
-                       " 'pending')", w)
+    await pool.execute(
+        "INSERT INTO reaper.tasks (id, worker, state) VALUES ('t-1', $1, 'pending')", w
+    )
     stop = asyncio.Event()
     async with controller(client, pool, make_settings(**FAST), tq):
         runner = asyncio.create_task(agent.run(stop))
         try:
             await eventually(
                 lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-1'"),
-                lambda st: st == "running", what="t-1 running")
+                lambda st: st == "running",
+                what="t-1 running",
+            )
             env = {"REAPER_DATABASE_URL": db_url}
             out = await run_cli("workers", "--json", "--address", address(dev_env), env=env)
             assert out.returncode == 0, out
@@ -103,20 +121,32 @@ async def test_workers_drain_and_force_reap_of_a_running_worker(
             out = await run_cli("workers", "--address", address(dev_env), env=env)
             assert out.returncode == 0 and w in out.stdout and "fleet:" in out.stdout, out
 
-            out = await run_cli("drain", w, "--reason", "kernel upgrade",
-                                "--address", address(dev_env))
+            out = await run_cli(
+                "drain", w, "--reason", "kernel upgrade", "--address", address(dev_env)
+            )
             assert out.returncode == 0, out
-            await eventually(lambda: query_state(client, w), lambda v: v.draining,
-                             what="worker draining")
+            await eventually(
+                lambda: query_state(client, w), lambda v: v.draining, what="worker draining"
+            )
 
-            out = await run_cli("force-reap", w, "--reason", "disk failed",
-                                "--address", address(dev_env), env={"USER": "alice"})
+            out = await run_cli(
+                "force-reap",
+                w,
+                "--reason",
+                "disk failed",
+                "--address",
+                address(dev_env),
+                env={"USER": "alice"},
+            )
             assert out.returncode == 0, out
             await eventually(
                 lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-1'"),
-                lambda st: st == "lost", what="t-1 lost after force-reap")
+                lambda st: st == "lost",
+                what="t-1 lost after force-reap",
+            )
             row = await pool.fetchrow(
-                "SELECT reason, actor FROM reaper.events WHERE handle = 't-1' AND action = 'lost'")
+                "SELECT reason, actor FROM reaper.events WHERE handle = 't-1' AND action = 'lost'"
+            )
             assert row["reason"] == "disk failed" and row["actor"] == "alice"
         finally:
             stop.set()
@@ -127,13 +157,21 @@ async def test_workers_drain_and_force_reap_of_a_running_worker(
 def test_run_serves_the_web_ui_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port, ui = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    env.update(REAPER_TEMPORAL_ADDRESS=f"127.0.0.1:{port}", REAPER_UI_PORT=str(ui),
-               REAPER_STATE_DIR=str(tmp_path / "state"), PYTHONUNBUFFERED="1")
+    env.update(
+        REAPER_TEMPORAL_ADDRESS=f"127.0.0.1:{port}",
+        REAPER_UI_PORT=str(ui),
+        REAPER_STATE_DIR=str(tmp_path / "state"),
+        PYTHONUNBUFFERED="1",
+    )
     log = tmp_path / "run.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "reaper.cli", "run",
-                                 "--heartbeat-interval", "1s"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reaper.cli", "run", "--heartbeat-interval", "1s"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
     try:
         deadline = time.monotonic() + 60
         while "controller serving" not in log.read_text():

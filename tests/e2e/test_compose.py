@@ -55,6 +55,7 @@ _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}
 
 def interpolate(value: str) -> str:
     """``value`` as Compose would see it with an empty shell environment: defaults applied."""
+
     def substitute(match: re.Match[str]) -> str:
         op, arg = match.group(2), match.group(3)
         if op in (":-", "-"):
@@ -241,7 +242,7 @@ def test_contract_variables_are_settings_fields() -> None:
     prefix = Settings.model_config["env_prefix"]
     for name in CONTRACT_VARIABLES:
         assert name.startswith(prefix)
-        assert name[len(prefix):].lower() in fields, f"{name} is not a Settings field"
+        assert name[len(prefix) :].lower() in fields, f"{name} is not a Settings field"
 
 
 def test_controller_environment_uses_only_contract_variables(

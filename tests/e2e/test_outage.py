@@ -33,8 +33,8 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
 
 import asyncpg
 import pytest
@@ -45,9 +45,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.db import migrate
-from reaper.core.contract import StateView
-from reaper.cli.postgres import EmbeddedPostgres
 from activities.temporal import ensure_search_attributes
+from reaper.cli.postgres import EmbeddedPostgres
+from reaper.core.contract import StateView
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess, DevServer
@@ -83,9 +83,15 @@ async def own_temporal() -> AsyncIterator[tuple[DevServer, Client]]:
     await server.start()
     try:
         client = await Client.connect(
-            server.address, data_converter=pydantic_data_converter,
-            retry_config=RetryConfig(initial_interval_millis=50, max_interval_millis=200,
-                                     max_elapsed_time_millis=800, max_retries=4))
+            server.address,
+            data_converter=pydantic_data_converter,
+            retry_config=RetryConfig(
+                initial_interval_millis=50,
+                max_interval_millis=200,
+                max_elapsed_time_millis=800,
+                max_retries=4,
+            ),
+        )
         await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
         yield server, client
     finally:
@@ -118,8 +124,9 @@ class Agents:
     paused (it sends nothing) and resumed (it beats at once, then every interval).
     """
 
-    def __init__(self, client: Client, task_queue: str,
-                 reports: dict[str, dict[str, list[str]]]) -> None:
+    def __init__(
+        self, client: Client, task_queue: str, reports: dict[str, dict[str, list[str]]]
+    ) -> None:
         self.client, self.tq, self.reports = client, task_queue, reports
         self.boot = f"boot-{uuid.uuid4().hex[:8]}"
         self.seq = {w: 0 for w in reports}
@@ -163,6 +170,7 @@ class Agents:
 
         async def idle() -> bool:
             return not self._busy[worker]
+
         await eventually(idle, bool, timeout=10, poll=0.01, what=f"{worker}'s agent idle")
 
     def resume(self, worker: str) -> None:
@@ -173,9 +181,8 @@ class Agents:
     def first_accepted_after(self, worker: str, t: float) -> tuple[float, int] | None:
         return next(((at, seq) for at, seq in self.accepted[worker] if at >= t), None)
 
-    async def __aenter__(self) -> "Agents":
-        self._tasks = [asyncio.get_running_loop().create_task(self._loop(w))
-                       for w in self.reports]
+    async def __aenter__(self) -> Agents:
+        self._tasks = [asyncio.get_running_loop().create_task(self._loop(w)) for w in self.reports]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -195,17 +202,23 @@ async def register_fleet(pool: asyncpg.Pool) -> dict[str, dict[str, list[str]]]:
     (desired count 3) placed on it; returns the complete report each agent sends."""
     sfx = uuid.uuid4().hex[:6]
     service = f"web-{sfx}"
-    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ($1, 3)",
-                       service)
+    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ($1, 3)", service)
     reports = {}
     for w in (f"a-{sfx}", f"b-{sfx}", f"c-{sfx}"):
         containers, volumes, tasks = [f"c1-{w}", f"c2-{w}"], [f"v1-{w}"], [f"t1-{w}"]
-        await pool.executemany("INSERT INTO reaper.containers (handle, worker) VALUES ($1, $2)",
-                               [(h, w) for h in containers])
-        await pool.executemany("INSERT INTO reaper.volumes (handle, worker) VALUES ($1, $2)",
-                               [(h, w) for h in volumes])
-        await pool.execute("INSERT INTO reaper.tasks (id, service, worker, state)"
-                           " VALUES ($1, $2, $3, 'pending')", tasks[0], service, w)
+        await pool.executemany(
+            "INSERT INTO reaper.containers (handle, worker) VALUES ($1, $2)",
+            [(h, w) for h in containers],
+        )
+        await pool.executemany(
+            "INSERT INTO reaper.volumes (handle, worker) VALUES ($1, $2)", [(h, w) for h in volumes]
+        )
+        await pool.execute(
+            "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
+            tasks[0],
+            service,
+            w,
+        )
         reports[w] = {"containers": containers, "volumes": volumes, "tasks": tasks}
     return reports
 
@@ -214,40 +227,65 @@ async def running_fleet(pool: asyncpg.Pool, client: Client, workers: list[str]) 
     """Wait until every worker is ``running`` (Postgres and query) and every task it reports
     is ``running`` (the controller's whole pipeline works)."""
     await eventually(
-        lambda: pool.fetchval("SELECT count(*) FROM reaper.workers"
-                              " WHERE name = ANY($1::text[]) AND state = 'running'", workers),
-        lambda n: n == len(workers), timeout=60, poll=0.2, what="workers running in Postgres")
+        lambda: pool.fetchval(
+            "SELECT count(*) FROM reaper.workers"
+            " WHERE name = ANY($1::text[]) AND state = 'running'",
+            workers,
+        ),
+        lambda n: n == len(workers),
+        timeout=60,
+        poll=0.2,
+        what="workers running in Postgres",
+    )
     await eventually(
-        lambda: pool.fetchval("SELECT count(*) FROM reaper.tasks WHERE worker = ANY($1::text[])"
-                              " AND state <> 'running'", workers),
-        lambda n: n == 0, timeout=60, poll=0.2, what="every task running")
+        lambda: pool.fetchval(
+            "SELECT count(*) FROM reaper.tasks WHERE worker = ANY($1::text[])"
+            " AND state <> 'running'",
+            workers,
+        ),
+        lambda n: n == 0,
+        timeout=60,
+        poll=0.2,
+        what="every task running",
+    )
     for w in workers:
-        await eventually(lambda w=w: query_state(client, w), lambda s: s.state == "running",
-                         timeout=30, poll=0.2, what=f"{w} running in the query")
+        await eventually(
+            lambda w=w: query_state(client, w),
+            lambda s: s.state == "running",
+            timeout=30,
+            poll=0.2,
+            what=f"{w} running in the query",
+        )
 
 
 async def tolerant(fn, default=None, timeout: float = 2.0):
     """``fn()``, or ``default`` while a service is down or still refusing calls."""
     try:
         return await asyncio.wait_for(fn(), timeout)
-    except (RPCError, OSError, asyncio.TimeoutError, asyncpg.PostgresError,
-            asyncpg.InterfaceError):
+    except (TimeoutError, RPCError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return default
 
 
-async def judged_again(client: Client, worker: str,
-                       check: Callable[[StateView], bool] = lambda s: True,
-                       ) -> tuple[float, StateView]:
+async def judged_again(
+    client: Client,
+    worker: str,
+    check: Callable[[StateView], bool] = lambda s: True,
+) -> tuple[float, StateView]:
     """When the controller answers a query for ``worker`` again (with a state that passes
     ``check``), and what it said."""
-    st = await eventually(lambda: tolerant(lambda: query_state(client, worker), timeout=1.0),
-                          lambda s: s is not None and check(s), timeout=60, poll=0.05,
-                          what=f"a query of {worker} answered")
+    st = await eventually(
+        lambda: tolerant(lambda: query_state(client, worker), timeout=1.0),
+        lambda s: s is not None and check(s),
+        timeout=60,
+        poll=0.05,
+        what=f"a query of {worker} answered",
+    )
     return time.monotonic(), st
 
 
-async def recovered(pool: asyncpg.Pool, client: Client, agents: Agents,
-                    recovery: dict[str, float]) -> dict[str, float]:
+async def recovered(
+    pool: asyncpg.Pool, client: Client, agents: Agents, recovery: dict[str, float]
+) -> dict[str, float]:
     """After the recovery (per worker, monotonic time): check every agent beat again within
     STALL_AFTER (the rule's premise), show the controller works again (a task placed on each
     worker now becomes ``running``) and let every worker have SETTLE_BEATS beats handled.
@@ -262,86 +300,135 @@ async def recovered(pool: asyncpg.Pool, client: Client, agents: Agents,
                 first[w] = got
         return len(first)
 
-    await eventually(resumed, lambda n: n == len(workers), timeout=30, poll=0.05,
-                     what="every agent's beats accepted again")
+    await eventually(
+        resumed,
+        lambda n: n == len(workers),
+        timeout=30,
+        poll=0.05,
+        what="every agent's beats accepted again",
+    )
     delays = {w: round(first[w][0] - recovery[w], 2) for w in workers}
     assert max(delays.values()) <= STALL_AFTER_S, (
-        f"harness: agents did not beat within STALL_AFTER of the recovery ({delays})")
+        f"harness: agents did not beat within STALL_AFTER of the recovery ({delays})"
+    )
 
     # The controller works again: a task placed on each worker after the recovery, and
     # reported from then on, becomes running (the collector ran with everything back).
     service = f"after-{uuid.uuid4().hex[:6]}"
-    await eventually(lambda: tolerant(lambda: pool.execute(
-        "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)"
-        " ON CONFLICT DO NOTHING", service, len(workers)), False), lambda r: r is not False,
-        timeout=30, poll=0.2, what="Postgres accepting writes")
+    await eventually(
+        lambda: tolerant(
+            lambda: pool.execute(
+                "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)"
+                " ON CONFLICT DO NOTHING",
+                service,
+                len(workers),
+            ),
+            False,
+        ),
+        lambda r: r is not False,
+        timeout=30,
+        poll=0.2,
+        what="Postgres accepting writes",
+    )
     for w in workers:
         t2 = f"t2-{w}"
-        await pool.execute("INSERT INTO reaper.tasks (id, service, worker, state)"
-                           " VALUES ($1, $2, $3, 'pending')", t2, service, w)
+        await pool.execute(
+            "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
+            t2,
+            service,
+            w,
+        )
         agents.reports[w] = {**agents.reports[w], "tasks": [*agents.reports[w]["tasks"], t2]}
     await eventually(
-        lambda: pool.fetchval("SELECT count(*) FROM reaper.tasks WHERE service = $1"
-                              " AND state = 'running'", service),
-        lambda n: n == len(workers), timeout=60, poll=0.2,
-        what="the tasks placed after the recovery running")
+        lambda: pool.fetchval(
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = 'running'", service
+        ),
+        lambda n: n == len(workers),
+        timeout=60,
+        poll=0.2,
+        what="the tasks placed after the recovery running",
+    )
     for w in workers:
         want = first[w][1] + SETTLE_BEATS
-        await eventually(lambda w=w: tolerant(lambda: query_state(client, w)),
-                         lambda s, want=want: s is not None and s.last_seq is not None
-                         and s.last_seq >= want, timeout=60, poll=0.2,
-                         what=f"{w}: {SETTLE_BEATS} beats handled after the recovery")
+        await eventually(
+            lambda w=w: tolerant(lambda: query_state(client, w)),
+            lambda s, want=want: s is not None and s.last_seq is not None and s.last_seq >= want,
+            timeout=60,
+            poll=0.2,
+            what=f"{w}: {SETTLE_BEATS} beats handled after the recovery",
+        )
     return delays
 
 
 async def evidence(pool: asyncpg.Pool, controller: ControllerProcess) -> str:
     """The events table and the controller's log tail, for failure messages."""
     try:
-        rows = await pool.fetch("SELECT id, at, worker, kind, handle, action, reason"
-                                " FROM reaper.events ORDER BY id")
+        rows = await pool.fetch(
+            "SELECT id, at, worker, kind, handle, action, reason FROM reaper.events ORDER BY id"
+        )
         events = "\n".join(str(tuple(r)) for r in rows)
     except Exception as exc:  # Postgres down: say so, keep the log
         events = f"(unreadable: {exc!r})"
-    return (f"\n--- reaper.events:\n{events}\n--- controller "
-            f"({'alive' if controller.alive() else 'EXITED'}) log tail:\n{controller.tail()}")
+    return (
+        f"\n--- reaper.events:\n{events}\n--- controller "
+        f"({'alive' if controller.alive() else 'EXITED'}) log tail:\n{controller.tail()}"
+    )
 
 
 async def assert_nobody_reaped(pool: asyncpg.Pool, client: Client, agents: Agents) -> None:
     """The verdict: nobody lost, nothing reaped, replaced, destroyed or marked missing."""
     workers = list(agents.reports)
-    events = [dict(r) for r in await pool.fetch(
-        "SELECT worker, action, reason FROM reaper.events ORDER BY id")]
+    events = [
+        dict(r)
+        for r in await pool.fetch("SELECT worker, action, reason FROM reaper.events ORDER BY id")
+    ]
     lost = [e for e in events if e["action"] == "state" and "-> lost" in (e["reason"] or "")]
     assert lost == [], "a worker went lost on account of the outage"
-    taken = [e for e in events if e["action"] in ("lost", "stopped", "destroyed", "replaced")
-             or e["action"].startswith("would-")]
+    taken = [
+        e
+        for e in events
+        if e["action"] in ("lost", "stopped", "destroyed", "replaced")
+        or e["action"].startswith("would-")
+    ]
     assert taken == [], f"something was reaped, replaced or destroyed: {taken}"
 
-    tasks = {r["id"]: (r["state"], r["stop_reason"], r["missing_since"]) for r in
-             await pool.fetch("SELECT id, state, stop_reason, missing_since FROM reaper.tasks")}
+    tasks = {
+        r["id"]: (r["state"], r["stop_reason"], r["missing_since"])
+        for r in await pool.fetch("SELECT id, state, stop_reason, missing_since FROM reaper.tasks")
+    }
     assert all(t == ("running", None, None) for t in tasks.values()), tasks
     assert len(tasks) == 2 * len(workers), f"a replacement task was created: {tasks}"
     for table in ("containers", "volumes"):
         rows = await pool.fetch(f"SELECT handle, missing_since FROM reaper.{table}")
-        assert {r["handle"] for r in rows} == {h for w in workers
-                                               for h in agents.reports[w][table]}, rows
+        assert {r["handle"] for r in rows} == {
+            h for w in workers for h in agents.reports[w][table]
+        }, rows
         marked = [r["handle"] for r in rows if r["missing_since"] is not None]
         assert marked == [], f"{table} marked missing on account of the outage: {marked}"
 
-    states = dict(await pool.fetch("SELECT name, state FROM reaper.workers"
-                                   " WHERE name = ANY($1::text[])", workers))
+    states = dict(
+        await pool.fetch(
+            "SELECT name, state FROM reaper.workers WHERE name = ANY($1::text[])", workers
+        )
+    )
     assert states == {w: "running" for w in workers}, states
     for w in workers:
         st = await query_state(client, w)
         assert (st.state, st.missing, st.orphans) == ("running", 0, []), st
-        with pytest.raises(RPCError) as no_reap:       # no reap child was ever started
+        with pytest.raises(RPCError) as no_reap:  # no reap child was ever started
             await client.get_workflow_handle(f"reap-{w}-1").describe()
         assert no_reap.value.status is RPCStatusCode.NOT_FOUND
 
 
-async def verdict(name: str, pool: asyncpg.Pool, client: Client, agents: Agents,
-                  controller: ControllerProcess, recovery: dict[str, float],
-                  notes: str = "") -> None:
+async def verdict(
+    name: str,
+    pool: asyncpg.Pool,
+    client: Client,
+    agents: Agents,
+    controller: ControllerProcess,
+    recovery: dict[str, float],
+    notes: str = "",
+) -> None:
     """Recovery, then the verdict; a failure carries the events and the controller log."""
     try:
         delays = await recovered(pool, client, agents, recovery)
@@ -349,16 +436,19 @@ async def verdict(name: str, pool: asyncpg.Pool, client: Client, agents: Agents,
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{notes}{await evidence(pool, controller)}") from None
     graces = controller.log.read_text(errors="replace").count("late: grace until")
-    print(f"\n[{name}] beats refused {agents.refused}; seconds from recovery to the first "
-          f"accepted beat {delays}; outage graces logged {graces}; {notes}")
+    print(
+        f"\n[{name}] beats refused {agents.refused}; seconds from recovery to the first "
+        f"accepted beat {delays}; outage graces logged {graces}; {notes}"
+    )
 
 
 FRESH_RUN_EVENTS = 16
 """A liveness run this short is far from its next continue-as-new (~30 events here)."""
 
 
-async def stop_while_idle(controller: ControllerProcess, client: Client, agents: Agents,
-                          worker: str, timeout: float = 60) -> int:
+async def stop_while_idle(
+    controller: ControllerProcess, client: Client, agents: Agents, worker: str, timeout: float = 60
+) -> int:
     """SIGKILL the controller while ``worker``'s liveness waits on its deadline timer with
     no workflow task pending, early in a run (the first activation after the restart then
     handles the late timer without a continue-as-new); ``worker``'s agent is paused from
@@ -370,21 +460,24 @@ async def stop_while_idle(controller: ControllerProcess, client: Client, agents:
             await asyncio.sleep(0.02)
             continue
         await agents.pause(worker)
-        for _ in range(50):                          # the last beat's tasks, then idle
+        for _ in range(50):  # the last beat's tasks, then idle
             desc = await handle.describe()
             if not desc.raw_description.HasField("pending_workflow_task"):
                 break
             await asyncio.sleep(0.02)
-        if (not desc.raw_description.HasField("pending_workflow_task")
-                and desc.history_length <= FRESH_RUN_EVENTS + 8):
+        if (
+            not desc.raw_description.HasField("pending_workflow_task")
+            and desc.history_length <= FRESH_RUN_EVENTS + 8
+        ):
             controller.kill()
             return desc.history_length
         agents.resume(worker)
     raise AssertionError(f"{worker}'s liveness was never idle early in a run in {timeout:g}s")
 
 
-async def stop_at_continue_as_new(controller: ControllerProcess, client: Client,
-                                  agents: Agents, worker: str, timeout: float = 60) -> str:
+async def stop_at_continue_as_new(
+    controller: ControllerProcess, client: Client, agents: Agents, worker: str, timeout: float = 60
+) -> str:
     """SIGKILL the controller right after ``worker``'s liveness continued as new, before the
     new run's first workflow task completed and with no beat of ``worker`` pending (the agent
     is paused from then on). Returns the new run's id."""
@@ -395,26 +488,31 @@ async def stop_at_continue_as_new(controller: ControllerProcess, client: Client,
         desc = await handle.describe()
         if desc.run_id == run:
             continue
-        controller.signal(signal.SIGSTOP)            # freeze it where it is, then look
+        controller.signal(signal.SIGSTOP)  # freeze it where it is, then look
         await agents.pause(worker)
         history = await client.get_workflow_handle(desc.id, run_id=desc.run_id).fetch_history()
         seen = {e.event_type for e in history.events}
-        if not seen & {EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
-                       EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED}:
+        if not seen & {
+            EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+            EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+        }:
             controller.kill()
             return desc.run_id
-        controller.signal(signal.SIGCONT)            # too late for this run: next one
+        controller.signal(signal.SIGCONT)  # too late for this run: next one
         agents.resume(worker)
         run = desc.run_id
-    raise AssertionError(f"never stopped the controller between a continue-as-new of "
-                         f"{worker} and the new run's first task in {timeout:g}s")
+    raise AssertionError(
+        f"never stopped the controller between a continue-as-new of "
+        f"{worker} and the new run's first task in {timeout:g}s"
+    )
 
 
 # ---- the tests ----------------------------------------------------------------------------
 
 
 async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
-        own_temporal, db_url, pool, tmp_path):
+    own_temporal, db_url, pool, tmp_path
+):
     server, client = own_temporal
     ctl = ControllerProcess(server.address, db_url, tmp_path / "controller.log", FAST)
     reports = await register_fleet(pool)
@@ -424,31 +522,38 @@ async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
         async with Agents(client, ctl.task_queue, reports) as agents:
             await running_fleet(pool, client, list(reports))
             await agents.pause(late)
-            server.kill()                                   # SIGKILL: a crash
-            await asyncio.sleep(OUTAGE_S)                   # the outage itself
+            server.kill()  # SIGKILL: a crash
+            await asyncio.sleep(OUTAGE_S)  # the outage itself
             assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
-            await server.start()                            # same port, same SQLite file
+            await server.start()  # same port, same SQLite file
             up_at = time.monotonic()
             answering = asyncio.ensure_future(judged_again(client, list(reports)[0]))
-            await asyncio.sleep(LATE_S)                     # c beats again LATE_S after it
+            await asyncio.sleep(LATE_S)  # c beats again LATE_S after it
             agents.resume(late)
             lag = (await answering)[0] - up_at
-            await verdict("temporal", pool, client, agents, ctl, {w: up_at for w in reports},
-                          f"{late} resumed {LATE_S:g}s after the server; the controller "
-                          f"answered queries again {lag:.1f}s after the server")
+            await verdict(
+                "temporal",
+                pool,
+                client,
+                agents,
+                ctl,
+                {w: up_at for w in reports},
+                f"{late} resumed {LATE_S:g}s after the server; the controller "
+                f"answered queries again {lag:.1f}s after the server",
+            )
             assert ctl.alive(), f"the controller exited after the outage:\n{ctl.tail()}"
     finally:
         ctl.stop()
 
 
-async def test_postgres_down_longer_than_lost_after_reaps_nobody(
-        dev_env, own_postgres, tmp_path):
+async def test_postgres_down_longer_than_lost_after_reaps_nobody(dev_env, own_postgres, tmp_path):
     pg, url = own_postgres
     client = dev_env.client
     pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
     await migrate(pool)
-    ctl = ControllerProcess(client.service_client.config.target_host, url,
-                            tmp_path / "controller.log", FAST)
+    ctl = ControllerProcess(
+        client.service_client.config.target_host, url, tmp_path / "controller.log", FAST
+    )
     reports = await register_fleet(pool)
     ctl.start()
     try:
@@ -456,14 +561,21 @@ async def test_postgres_down_longer_than_lost_after_reaps_nobody(
             await running_fleet(pool, client, list(reports))
             await pool.close()
             down_at = time.monotonic()
-            await asyncio.to_thread(pg.stop)                # pg_ctl stop -m fast
+            await asyncio.to_thread(pg.stop)  # pg_ctl stop -m fast
             await asyncio.sleep(OUTAGE_S - (time.monotonic() - down_at))
             assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
-            await asyncio.to_thread(pg.check)               # started again, same data
+            await asyncio.to_thread(pg.check)  # started again, same data
             up_at = time.monotonic()
             pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
-            await verdict("postgres", pool, client, agents, ctl, {w: up_at for w in reports},
-                          f"down {up_at - down_at:.1f}s")
+            await verdict(
+                "postgres",
+                pool,
+                client,
+                agents,
+                ctl,
+                {w: up_at for w in reports},
+                f"down {up_at - down_at:.1f}s",
+            )
             assert ctl.alive(), f"the controller exited after the outage:\n{ctl.tail()}"
     finally:
         ctl.stop()
@@ -472,14 +584,16 @@ async def test_postgres_down_longer_than_lost_after_reaps_nobody(
 
 @pytest.mark.parametrize("kill_at", ["idle", "continue-as-new"])
 async def test_controller_down_longer_than_lost_after_reaps_nobody(
-        dev_env, db_url, pool, tmp_path, kill_at):
+    dev_env, db_url, pool, tmp_path, kill_at
+):
     """``idle``: SIGKILLed while ``c``'s liveness waits on its deadline timer, early in a run
     (the common case). ``continue-as-new``: SIGKILLed right after ``c``'s liveness continued
     as new, before its new run's first workflow task (CONTRACT.md rule 8: a restart "at any
     point")."""
     client = dev_env.client
-    ctl = ControllerProcess(client.service_client.config.target_host, db_url,
-                            tmp_path / "controller.log", FAST)
+    ctl = ControllerProcess(
+        client.service_client.config.target_host, db_url, tmp_path / "controller.log", FAST
+    )
     reports = await register_fleet(pool)
     late = list(reports)[-1]
     ctl.start()
@@ -488,13 +602,16 @@ async def test_controller_down_longer_than_lost_after_reaps_nobody(
             await running_fleet(pool, client, list(reports))
             if kill_at == "idle":
                 events = await stop_while_idle(ctl, client, agents, late)
-                where = (f"killed while {late}'s liveness waited on its deadline timer "
-                         f"({events} events into its run)")
+                where = (
+                    f"killed while {late}'s liveness waited on its deadline timer "
+                    f"({events} events into its run)"
+                )
             else:
                 run = await stop_at_continue_as_new(ctl, client, agents, late)
                 where = f"killed before the first task of {late}'s new run {run}"
-            await asyncio.sleep(OUTAGE_S)                   # a and b beat throughout
+            await asyncio.sleep(OUTAGE_S)  # a and b beat throughout
             ctl.start()
+
             # c: silent through the outage; once the restarted controller has judged it
             # (stalled, under the outage grace: never lost), it beats again LATE_S later.
             async def late_returns() -> tuple[float, str]:
@@ -502,11 +619,14 @@ async def test_controller_down_longer_than_lost_after_reaps_nobody(
                 await asyncio.sleep(max(0.0, at + LATE_S - time.monotonic()))
                 agents.resume(late)
                 return at, st.state
+
             returning = asyncio.ensure_future(late_returns())
             recovery = {w: (await judged_again(client, w))[0] for w in reports if w != late}
             recovery[late], judged = await returning
-            notes = (f"{where}; {late} silent through the outage, judged {judged!r} by the "
-                     f"restarted controller, resumed {LATE_S:g}s after that")
+            notes = (
+                f"{where}; {late} silent through the outage, judged {judged!r} by the "
+                f"restarted controller, resumed {LATE_S:g}s after that"
+            )
             await verdict(f"controller/{kill_at}", pool, client, agents, ctl, recovery, notes)
             assert judged == "stalled", notes
     finally:

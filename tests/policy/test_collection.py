@@ -3,7 +3,7 @@ destroyed (CONTRACT.md §4 rules 1-4). Times are seconds after T0; durations sec
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -22,7 +22,7 @@ from reaper.core.policy.collection import (
     stuck_creating,
 )
 
-T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 TTL = 300
 R, S, L = WorkerState.running, WorkerState.stalled, WorkerState.lost
 
@@ -34,19 +34,19 @@ def at(seconds: float) -> datetime:
 # When is a handle destroyed? One row per case, read left to right:
 # kind, row state, marked at, report taken at, worker state, fleet full -> destroyed?
 WHEN_DESTROYED = [
-    ("volumes", "created", 0, 300, R, False, True),        # missing for exactly the TTL
-    ("volumes", "created", 0, 299, R, False, False),       # one second short
+    ("volumes", "created", 0, 300, R, False, True),  # missing for exactly the TTL
+    ("volumes", "created", 0, 299, R, False, False),  # one second short
     ("volumes", "destroying", 0, 600, R, False, True),
     ("containers", "created", 0, 900, R, False, True),
-    ("containers", "creating", 0, 900, R, False, False),   # rule 2: creating never
+    ("containers", "creating", 0, 900, R, False, False),  # rule 2: creating never
     ("containers", "created", None, 900, R, False, False),  # not marked
-    ("volumes", "created", 0, 900, S, False, False),       # rule 4: stalled worker
-    ("volumes", "created", 0, 900, L, False, False),       # rule 4: lost worker
-    ("volumes", "created", 0, 900, None, False, False),    # unknown worker
-    ("volumes", "created", 0, 900, R, True, False),        # rule 6: full disruption
-    ("tasks", "running", 0, 300, R, False, True),          # a task: stopped, missing
-    ("tasks", "pending", 0, 900, R, False, False),         # never started: never marked
-    ("tasks", "lost", 0, 900, R, False, False),            # already reaped
+    ("volumes", "created", 0, 900, S, False, False),  # rule 4: stalled worker
+    ("volumes", "created", 0, 900, L, False, False),  # rule 4: lost worker
+    ("volumes", "created", 0, 900, None, False, False),  # unknown worker
+    ("volumes", "created", 0, 900, R, True, False),  # rule 6: full disruption
+    ("tasks", "running", 0, 300, R, False, True),  # a task: stopped, missing
+    ("tasks", "pending", 0, 900, R, False, False),  # never started: never marked
+    ("tasks", "lost", 0, 900, R, False, False),  # already reaped
 ]
 
 
@@ -61,12 +61,12 @@ def test_when_a_handle_is_destroyed(kind, state, marked, taken, worker, full, de
 ROW_VERDICTS = [
     ("volumes", "created", 0, False, False, 10, RowVerdict.mark),
     ("volumes", "destroying", 0, False, False, 10, RowVerdict.mark),
-    ("volumes", "creating", 0, False, False, 10, RowVerdict.keep),   # rule 2
-    ("volumes", "created", 11, False, False, 10, RowVerdict.keep),   # changed after the report
-    ("volumes", "created", 10, False, False, 10, RowVerdict.mark),   # changed at the same time
-    ("volumes", "created", 0, True, False, 10, RowVerdict.keep),     # rule 3: already marked
-    ("volumes", "created", 0, True, True, 10, RowVerdict.clear),     # reappeared
-    ("volumes", "created", 0, False, True, 10, RowVerdict.keep),     # rule 3: nothing to write
+    ("volumes", "creating", 0, False, False, 10, RowVerdict.keep),  # rule 2
+    ("volumes", "created", 11, False, False, 10, RowVerdict.keep),  # changed after the report
+    ("volumes", "created", 10, False, False, 10, RowVerdict.mark),  # changed at the same time
+    ("volumes", "created", 0, True, False, 10, RowVerdict.keep),  # rule 3: already marked
+    ("volumes", "created", 0, True, True, 10, RowVerdict.clear),  # reappeared
+    ("volumes", "created", 0, False, True, 10, RowVerdict.keep),  # rule 3: nothing to write
     ("tasks", "running", 0, False, False, 10, RowVerdict.mark),
     ("tasks", "pending", 0, False, False, 10, RowVerdict.keep),
     ("tasks", "stopped", 0, False, False, 10, RowVerdict.keep),
@@ -83,10 +83,10 @@ def test_what_a_report_does_to_a_row(kind, state, changed, marked, in_report, ta
     [
         (R, 0, 10, True),
         (R, None, 10, True),
-        (R, 10, 10, True),      # taken at the return itself
-        (R, 11, 10, False),     # rule 4: taken before the return
-        (S, 0, 10, False),      # rule 1
-        (L, 0, 10, False),      # rule 1
+        (R, 10, 10, True),  # taken at the return itself
+        (R, 11, 10, False),  # rule 4: taken before the return
+        (S, 0, 10, False),  # rule 1
+        (L, 0, 10, False),  # rule 1
         (None, None, 10, False),
         ("running", 0, 10, True),  # as read from Postgres
     ],
@@ -99,10 +99,10 @@ def test_only_a_running_workers_report_since_its_return_decides(worker, since, t
 @pytest.mark.parametrize(
     "newly_missing, held, confirmed, held_back",
     [
-        (5, 10, False, False),    # exactly half: believed
-        (6, 10, False, True),     # more than half: held until confirmed
-        (6, 10, True, False),     # confirmed by a second report or a reboot
-        (9, 9, False, False),     # below the minimum holding: never held
+        (5, 10, False, False),  # exactly half: believed
+        (6, 10, False, True),  # more than half: held until confirmed
+        (6, 10, True, False),  # confirmed by a second report or a reboot
+        (9, 9, False, False),  # below the minimum holding: never held
         (100, 100, False, True),
         (0, 100, False, False),
     ],
@@ -113,16 +113,22 @@ def test_mass_drop_is_held_until_confirmed(newly_missing, held, confirmed, held_
 
 @pytest.mark.parametrize(
     "worker, full, refused",
-    [(R, False, None), ("running", False, None), (S, False, "worker is stalled"),
-     (L, False, "worker is lost"), (None, False, "worker is unknown"),
-     (R, True, "fleet in full disruption")],
+    [
+        (R, False, None),
+        ("running", False, None),
+        (S, False, "worker is stalled"),
+        (L, False, "worker is lost"),
+        (None, False, "worker is unknown"),
+        (R, True, "fleet in full disruption"),
+    ],
 )
 def test_destroy_refused_on_stalled_lost_or_disrupted(worker, full, refused):
     assert destroy_refused(worker, full) == refused
 
 
 @pytest.mark.parametrize(
-    "due, taken, result", [(None, 100, False), (300, 299, False), (300, 300, True), (300, 301, True)]
+    "due, taken, result",
+    [(None, 100, False), (300, 299, False), (300, 300, True), (300, 301, True)],
 )
 def test_a_kind_is_due_once_its_oldest_mark_is(due, taken, result):
     assert is_due(at(due) if due is not None else None, at(taken)) is result
@@ -135,8 +141,12 @@ def test_next_due_is_the_oldest_mark_plus_the_ttl():
 
 @pytest.mark.parametrize(
     "state, changed, now, full, collected",
-    [("creating", 0, 3600, False, True), ("creating", 0, 3599, False, False),
-     ("created", 0, 9999, False, False), ("creating", 0, 9999, True, False)],
+    [
+        ("creating", 0, 3600, False, True),
+        ("creating", 0, 3599, False, False),
+        ("created", 0, 9999, False, False),
+        ("creating", 0, 9999, True, False),
+    ],
 )
 def test_rows_stuck_in_creating_are_collected(state, changed, now, full, collected):
     assert stuck_creating(state, at(changed), at(now), 3600, full) is collected
@@ -153,8 +163,9 @@ def test_rows_stuck_in_creating_are_collected(state, changed, now, full, collect
     ],
 )
 def test_which_reports_are_reconciled(digest, fwd, taken, fwd_at, wanted, expected):
-    d = should_forward(digest, fwd, at(taken), at(fwd_at) if fwd_at is not None else None,
-                       30, wanted)
+    d = should_forward(
+        digest, fwd, at(taken), at(fwd_at) if fwd_at is not None else None, 30, wanted
+    )
     assert (d.forward, d.reason) == expected
 
 

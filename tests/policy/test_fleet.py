@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,7 +18,7 @@ from reaper.core.policy.fleet import (
     take_reap_token,
 )
 
-T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 N, P, F = FleetState.normal, FleetState.partial, FleetState.full
 
 
@@ -33,7 +33,7 @@ def at(seconds: float) -> datetime:
         (10, 0, 0.55, N),
         (9, 1, 0.55, P),
         (5, 5, 0.55, P),
-        (45, 55, 0.55, F),     # at the threshold: full
+        (45, 55, 0.55, F),  # at the threshold: full
         (0, 3, 0.55, F),
         (2, 1, 0.3, F),
         (1, 1, 1.0, P),
@@ -57,7 +57,7 @@ MAY_REAP = [
     (False, "lost", N, 100, 0, 399, (False, "fleet recovering: fresh LOST_AFTER", 400)),
     (False, "lost", N, 100, 0, 400, (True, None, None)),
     (False, "lost", P, 100, 150, 400, (True, None, None)),  # beat after the recovery
-    (True, "running", F, None, 0, 1, (True, None, None)),   # forced: no guard
+    (True, "running", F, None, 0, 1, (True, None, None)),  # forced: no guard
     (True, "lost", N, 100, 0, 101, (True, None, None)),
     (True, None, N, None, None, 1, (False, "unknown worker", None)),
 ]
@@ -65,8 +65,15 @@ MAY_REAP = [
 
 @pytest.mark.parametrize("forced, state, fleet, recovered, last, now, expected", MAY_REAP)
 def test_when_a_worker_may_be_reaped(forced, state, fleet, recovered, last, now, expected):
-    verdict = may_reap(forced, state, fleet, at(recovered) if recovered is not None else None,
-                       at(last) if last is not None else None, at(now), 300)
+    verdict = may_reap(
+        forced,
+        state,
+        fleet,
+        at(recovered) if recovered is not None else None,
+        at(last) if last is not None else None,
+        at(now),
+        300,
+    )
     retry = at(expected[2]) if expected[2] is not None else None
     assert (verdict.allowed, verdict.refused, verdict.retry_at) == (*expected[:2], retry)
 
@@ -74,11 +81,11 @@ def test_when_a_worker_may_be_reaped(forced, state, fleet, recovered, last, now,
 @pytest.mark.parametrize(
     "bucket, now, taken, retry",
     [
-        (None, 0, Bucket(9.0, at(0)), None),                  # a new bucket is full
+        (None, 0, Bucket(9.0, at(0)), None),  # a new bucket is full
         (Bucket(1.0, at(0)), 0, Bucket(0.0, at(0)), None),
-        (Bucket(0.0, at(0)), 0, None, 1),                     # empty: retry in 1/rate s
+        (Bucket(0.0, at(0)), 0, None, 1),  # empty: retry in 1/rate s
         (Bucket(0.5, at(0)), 0, None, 0.5),
-        (Bucket(0.0, at(0)), 3, Bucket(2.0, at(3)), None),    # refilled at 1/s
+        (Bucket(0.0, at(0)), 3, Bucket(2.0, at(3)), None),  # refilled at 1/s
         (Bucket(0.0, at(0)), 100, Bucket(9.0, at(100)), None),  # never above the burst
     ],
 )
@@ -91,11 +98,11 @@ def test_reaps_are_rate_limited(bucket, now, taken, retry):
 # May this worker be retired now? automatic, state, reap done, state since, fleet, now
 # -> (allowed, refused, retry at). RETIRE_AFTER is 1000 s here.
 MAY_RETIRE = [
-    (False, "running", False, 0, N, 1, (True, None, None)),     # operator or agent: at once
-    (False, "lost", False, 0, F, 1, (True, None, None)),        # no disruption guard
+    (False, "running", False, 0, N, 1, (True, None, None)),  # operator or agent: at once
+    (False, "lost", False, 0, F, 1, (True, None, None)),  # no disruption guard
     (False, "retired", True, 0, N, 1, (False, "already retired", None)),
     (False, None, False, None, N, 1, (False, "unknown worker", None)),
-    (True, "lost", True, 0, N, 1000, (True, None, None)),       # lost for RETIRE_AFTER
+    (True, "lost", True, 0, N, 1000, (True, None, None)),  # lost for RETIRE_AFTER
     (True, "lost", True, 0, N, 999, (False, "not lost for RETIRE_AFTER yet", 1000)),
     (True, "lost", False, 0, N, 5000, (False, "worker is lost, not lost and reaped", None)),
     (True, "lost", True, 0, F, 5000, (False, "fleet in full disruption", None)),
@@ -106,8 +113,9 @@ MAY_RETIRE = [
 
 @pytest.mark.parametrize("automatic, state, reaped, since, fleet, now, expected", MAY_RETIRE)
 def test_when_a_worker_may_be_retired(automatic, state, reaped, since, fleet, now, expected):
-    verdict = may_retire(automatic, state, reaped, at(since) if since is not None else None,
-                         fleet, at(now), 1000)
+    verdict = may_retire(
+        automatic, state, reaped, at(since) if since is not None else None, fleet, at(now), 1000
+    )
     retry = at(expected[2]) if expected[2] is not None else None
     assert (verdict.allowed, verdict.refused, verdict.retry_at) == (*expected[:2], retry)
 
@@ -117,12 +125,12 @@ def test_when_a_worker_may_be_retired(automatic, state, reaped, since, fleet, no
     [
         ("running", "retired", False, N, True),
         ("pending", "retired", False, P, True),
-        ("running", "lost", True, N, True),       # written after the reap (Kubernetes #12545)
-        ("running", "lost", False, N, False),     # the reap itself will take it
+        ("running", "lost", True, N, True),  # written after the reap (Kubernetes #12545)
+        ("running", "lost", False, N, False),  # the reap itself will take it
         ("running", "stalled", True, N, False),
         ("running", "running", True, N, False),
         ("lost", "retired", True, N, False),
-        ("running", "retired", True, F, False),   # rule 6: not in full disruption
+        ("running", "retired", True, F, False),  # rule 6: not in full disruption
         ("running", None, False, N, False),
     ],
 )

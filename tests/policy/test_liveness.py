@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from reaper.core.policy.liveness import (
     transition,
 )
 
-T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 R, S, L = WorkerState.running, WorkerState.stalled, WorkerState.lost
 
 
@@ -31,12 +31,12 @@ def at(seconds: float) -> datetime:
 @pytest.mark.parametrize(
     "current, last_seq, previous, boot, seq, expected",
     [
-        (None, -1, [], "b1", 0, Fence.new_boot),          # first beat ever
-        ("b1", 5, [], "b1", 6, Fence.accept),              # next seq
-        ("b1", 5, [], "b1", 5, Fence.stale_seq),           # duplicate delivery
-        ("b1", 5, [], "b1", 3, Fence.stale_seq),           # late, out of order
-        ("b2", 0, ["b1"], "b1", 99, Fence.old_boot),       # late beat of an older boot
-        ("b1", 5, [], "b2", 0, Fence.new_boot),            # restart with fresh state
+        (None, -1, [], "b1", 0, Fence.new_boot),  # first beat ever
+        ("b1", 5, [], "b1", 6, Fence.accept),  # next seq
+        ("b1", 5, [], "b1", 5, Fence.stale_seq),  # duplicate delivery
+        ("b1", 5, [], "b1", 3, Fence.stale_seq),  # late, out of order
+        ("b2", 0, ["b1"], "b1", 99, Fence.old_boot),  # late beat of an older boot
+        ("b1", 5, [], "b2", 0, Fence.new_boot),  # restart with fresh state
         ("b2", 7, ["b1"], "b3", 0, Fence.new_boot),
     ],
 )
@@ -62,15 +62,15 @@ def test_judge_liveness_on_controller_clock(silent, expected):
 
 # When is a worker lost? current state, seconds of silence, grace until -> transition
 WHEN_LOST = [
-    (R, 10, None, None),      # beating
-    (R, 30, None, S),         # STALL_AFTER of silence
-    (R, 300, None, L),        # straight to lost if the loop was away
+    (R, 10, None, None),  # beating
+    (R, 30, None, S),  # STALL_AFTER of silence
+    (R, 300, None, L),  # straight to lost if the loop was away
     (S, 299, None, None),
-    (S, 300, None, L),        # LOST_AFTER of silence
-    (S, 300, 330, None),      # an outage granted grace: not lost yet
-    (S, 331, 330, L),         # grace over
-    (R, 400, 500, S),         # grace holds lost back, not stalled
-    (L, 10, None, None),      # never backwards: only a beat brings it back
+    (S, 300, None, L),  # LOST_AFTER of silence
+    (S, 300, 330, None),  # an outage granted grace: not lost yet
+    (S, 331, 330, L),  # grace over
+    (R, 400, 500, S),  # grace holds lost back, not stalled
+    (L, 10, None, None),  # never backwards: only a beat brings it back
     (S, 10, None, None),
 ]
 
@@ -84,12 +84,12 @@ def test_when_a_worker_is_stalled_or_lost(current, silent, grace, expected):
 @pytest.mark.parametrize(
     "current, last_beat, now, forced, returned",
     [
-        (R, 0, 10, False, False),     # a steady beat
-        (R, None, 0, False, False),   # a first beat is not a return
-        (R, 0, 30, False, True),      # STALL_AFTER of silence, even unjudged
+        (R, 0, 10, False, False),  # a steady beat
+        (R, None, 0, False, False),  # a first beat is not a return
+        (R, 0, 30, False, True),  # STALL_AFTER of silence, even unjudged
         (S, 0, 31, False, True),
         (L, 0, 900, False, True),
-        (L, 0, 900, True, False),     # a forced reap still pending runs first
+        (L, 0, 900, True, False),  # a forced reap still pending runs first
     ],
 )
 def test_when_a_beat_is_a_return(current, last_beat, now, forced, returned):
@@ -102,8 +102,8 @@ def test_when_a_beat_is_a_return(current, last_beat, now, forced, returned):
     [
         (R, None, at(30)),
         (S, None, at(300)),
-        (S, at(100), at(300)),   # grace ending before lost changes nothing
-        (S, at(400), at(400)),   # grace after an outage postpones lost
+        (S, at(100), at(300)),  # grace ending before lost changes nothing
+        (S, at(400), at(400)),  # grace after an outage postpones lost
         (L, None, None),
     ],
 )

@@ -30,8 +30,13 @@ def test_a_service_is_never_above_desired_count(desired, active, gone, expected)
 
 @pytest.mark.parametrize(
     "state, draining, ok",
-    [("running", False, True), ("running", True, False), ("stalled", False, False),
-     ("lost", False, False), ("retired", False, False)],
+    [
+        ("running", False, True),
+        ("running", True, False),
+        ("stalled", False, False),
+        ("lost", False, False),
+        ("retired", False, False),
+    ],
 )
 def test_only_running_non_draining_workers_get_work(state, draining, ok):
     assert placeable(state, draining) is ok
@@ -40,10 +45,13 @@ def test_only_running_non_draining_workers_get_work(state, draining, ok):
 @pytest.mark.parametrize(
     "owed, candidates, expected",
     [
-        ([("a1", "api")], {}, []),                                 # nowhere yet: still owed
-        ([("a1", "api")], {"w3": 0}, [("a1", "w3")]),              # a worker joins
-        ([("a1", "api"), ("b1", "db")], {"w1": 1, "w2": 0},
-         [("a1", "w2"), ("b1", "w1")]),                            # oldest first, least loaded
+        ([("a1", "api")], {}, []),  # nowhere yet: still owed
+        ([("a1", "api")], {"w3": 0}, [("a1", "w3")]),  # a worker joins
+        (
+            [("a1", "api"), ("b1", "db")],
+            {"w1": 1, "w2": 0},
+            [("a1", "w2"), ("b1", "w1")],
+        ),  # oldest first, least loaded
         ([("a1", "api"), ("a2", "api")], {"w1": 5}, [("a1", "w1"), ("a2", "w1")]),
     ],
 )

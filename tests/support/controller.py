@@ -25,8 +25,12 @@ def find_binary(name: str) -> str:
 def make_settings(**overrides: object) -> Settings:
     """Settings for tests: short, valid timings unless overridden."""
     base: dict[str, object] = dict(
-        heartbeat_interval=10, stall_after=30, lost_after=300, missing_ttl=300,
-        resync_interval=30, disruption_threshold=0.55,
+        heartbeat_interval=10,
+        stall_after=30,
+        lost_after=300,
+        missing_ttl=300,
+        resync_interval=30,
+        disruption_threshold=0.55,
     )
     base.update(overrides)
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]

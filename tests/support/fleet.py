@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 from temporalio.client import Client
@@ -63,12 +64,19 @@ class Fleet:
             self.reboot(worker)
         self.seq[worker] += 1
         seq, boot = self.seq[worker], self.boot[worker]
-        payload = {"worker": worker, "boot_id": boot, "seq": seq,
-                   "sent_at": "2026-11-30T10:00:00Z", **reports}
+        payload = {
+            "worker": worker,
+            "boot_id": boot,
+            "seq": seq,
+            "sent_at": "2026-11-30T10:00:00Z",
+            **reports,
+        }
         await send(self.client, self.tq, payload)
-        await eventually(lambda: query_state(self.client, worker),
-                         lambda s: s.boot_id == boot and s.last_seq == seq,
-                         what=f"beat {seq} of {worker} handled")
+        await eventually(
+            lambda: query_state(self.client, worker),
+            lambda s: s.boot_id == boot and s.last_seq == seq,
+            what=f"beat {seq} of {worker} handled",
+        )
         return await self.settle(worker)
 
     async def raw(self, worker: str, payload: Any) -> StateView:
@@ -78,10 +86,11 @@ class Fleet:
         rejected = before.rejected if before else 0
         ignored = before.ignored if before else 0
         seq = before.last_seq if before else None
-        await eventually(lambda: query_state(self.client, worker),
-                         lambda s: s.rejected > rejected or s.ignored > ignored
-                         or s.last_seq != seq,
-                         what=f"raw beat to {worker} seen")
+        await eventually(
+            lambda: query_state(self.client, worker),
+            lambda s: s.rejected > rejected or s.ignored > ignored or s.last_seq != seq,
+            what=f"raw beat to {worker} seen",
+        )
         return await self.settle(worker)
 
     async def settle(self, worker: str) -> StateView:
@@ -94,8 +103,9 @@ class Fleet:
         except RPCError:
             return None
 
-    async def advance(self, seconds: float, beating: dict[str, dict[str, Any]] | None = None,
-                      step: float = 10.0) -> None:
+    async def advance(
+        self, seconds: float, beating: dict[str, dict[str, Any]] | None = None, step: float = 10.0
+    ) -> None:
         """Let ``seconds`` pass; workers in ``beating`` beat every ``step`` with those reports."""
         left = seconds
         while left > 0:
@@ -110,8 +120,9 @@ class Fleet:
 
 
 @contextlib.asynccontextmanager
-async def fleet_with(env: WorkflowEnvironment, pool: asyncpg.Pool,
-                     **overrides: object) -> AsyncIterator[Fleet]:
+async def fleet_with(
+    env: WorkflowEnvironment, pool: asyncpg.Pool, **overrides: object
+) -> AsyncIterator[Fleet]:
     """A controller with ``make_settings(**overrides)`` on its own task queue, plus simulated
     agents."""
     tq = f"tq-{uuid.uuid4().hex[:8]}"

@@ -16,19 +16,28 @@ from workflows.common import collector_id, liveness_id
 
 def beat(worker: str, seq: int, boot_id: str = "boot-1", **reports: Any) -> dict[str, Any]:
     """A heartbeat payload (CONTRACT.md §2) with optional ``containers=[...]`` etc."""
-    payload: dict[str, Any] = {"worker": worker, "boot_id": boot_id, "seq": seq,
-                               "sent_at": "2026-11-30T10:00:00Z"}
+    payload: dict[str, Any] = {
+        "worker": worker,
+        "boot_id": boot_id,
+        "seq": seq,
+        "sent_at": "2026-11-30T10:00:00Z",
+    }
     payload.update(reports)
     return payload
 
 
-async def send(client: Client, task_queue: str, payload: dict[str, Any],
-               worker: str | None = None) -> WorkflowHandle:
+async def send(
+    client: Client, task_queue: str, payload: dict[str, Any], worker: str | None = None
+) -> WorkflowHandle:
     """Signal-with-start a heartbeat, as an agent does."""
     name = worker or payload["worker"]
     return await client.start_workflow(
-        WorkerLiveness.run, LivenessInput(worker=name), id=liveness_id(name),
-        task_queue=task_queue, start_signal="heartbeat", start_signal_args=[payload],
+        WorkerLiveness.run,
+        LivenessInput(worker=name),
+        id=liveness_id(name),
+        task_queue=task_queue,
+        start_signal="heartbeat",
+        start_signal_args=[payload],
     )
 
 
@@ -43,21 +52,28 @@ async def beats_handled(client: Client, worker: str, n: int, timeout: float = 60
     `state` query's ``last_seq``; same boot) and its collector has reconciled every report
     forwarded meanwhile (`processed`). Use it where a test would otherwise sleep and then
     assert that nothing else happened: this waits for the controller to have had its chance."""
-    start = await eventually(lambda: query_state(client, worker),
-                             lambda s: s.last_seq is not None, timeout=timeout,
-                             what=f"a beat of {worker} handled")
+    start = await eventually(
+        lambda: query_state(client, worker),
+        lambda s: s.last_seq is not None,
+        timeout=timeout,
+        what=f"a beat of {worker} handled",
+    )
     assert start.last_seq is not None
     want = start.last_seq + n
-    await eventually(lambda: query_state(client, worker),
-                     lambda s: s.boot_id != start.boot_id
-                     or (s.last_seq is not None and s.last_seq >= want),
-                     timeout=timeout, poll=0.1, what=f"{n} more beats of {worker} handled")
+    await eventually(
+        lambda: query_state(client, worker),
+        lambda s: s.boot_id != start.boot_id or (s.last_seq is not None and s.last_seq >= want),
+        timeout=timeout,
+        poll=0.1,
+        what=f"{n} more beats of {worker} handled",
+    )
     return await reports_reconciled(client, worker, timeout=timeout)
 
 
 async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0) -> StateView:
     """Wait until every report ``worker``'s liveness forwarded has been reconciled by its
     collector (`processed` equals the liveness's ``forwarded_reports``, `backlog` empty)."""
+
     async def snapshot() -> tuple[StateView, int, int]:
         st = await query_state(client, worker)
         processed, backlog = 0, 0
@@ -73,5 +89,7 @@ async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0)
     st, _, _ = await eventually(
         snapshot,
         lambda t: t[0].pending_reports == 0 and t[1] == t[0].forwarded_reports and t[2] == 0,
-        timeout=timeout, what=f"reports of {worker} reconciled")
+        timeout=timeout,
+        what=f"reports of {worker} reconciled",
+    )
     return st

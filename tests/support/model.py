@@ -24,8 +24,8 @@ test settings (tests/conftest.py ``make_settings``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 KINDS = ("containers", "volumes")
 EVENT_KIND = {"containers": "container", "volumes": "volume"}
@@ -153,8 +153,7 @@ class Model:
             return None
         return judge(self.now - w.last_beat, self.t)
 
-    def insert(self, kind: str, handle: str, worker: str, state: str,
-               lag: float = 0.0) -> bool:
+    def insert(self, kind: str, handle: str, worker: str, state: str, lag: float = 0.0) -> bool:
         """The scheduler inserts a row (no-op if the handle exists). ``lag``: its state
         change is stamped that much after now (it commits after a report now is taken)."""
         if (kind, handle) in self.rows:
@@ -180,8 +179,9 @@ class Model:
         unhealthy = sum(x != "running" for x in known)
         return bool(known) and unhealthy / len(known) >= self.t.disruption_threshold
 
-    def beat(self, name: str, boot: str, seq: int,
-             reports: dict[str, Iterable[str] | None]) -> bool:
+    def beat(
+        self, name: str, boot: str, seq: int, reports: dict[str, Iterable[str] | None]
+    ) -> bool:
         """A heartbeat arrives now. Returns whether it was accepted (§2 fencing)."""
         w = self.worker(name)
         if not w.fence.offer(boot, seq):
@@ -194,8 +194,7 @@ class Model:
             for row in self._rows_of(name):
                 row.missing_since = None
         w.last_beat = self.now
-        normalized = {k: (None if reports.get(k) is None else frozenset(reports[k]))
-                      for k in KINDS}
+        normalized = {k: (None if reports.get(k) is None else frozenset(reports[k])) for k in KINDS}
         w.beats.append(Beat(self.now, normalized, returned))
         for kind in KINDS:
             handles = normalized[kind]
@@ -209,13 +208,19 @@ class Model:
         rows = [r for r in self._rows_of(name) if r.kind == kind]
         for r in rows:
             if r.handle in handles:
-                r.missing_since = None                        # rules 1, 3: reappeared
-            elif (r.state in MARKABLE and r.changed_at <= now  # rule 2
-                  and r.missing_since is None):               # rule 3: only when it changes
+                r.missing_since = None  # rules 1, 3: reappeared
+            elif (
+                r.state in MARKABLE
+                and r.changed_at <= now  # rule 2
+                and r.missing_since is None
+            ):  # rule 3: only when it changes
                 r.missing_since = now
         for r in rows:  # CREATING_TIMEOUT (§1): a row stuck in creating is collected
-            if (r.state == "creating" and r.changed_at <= now - self.t.creating_timeout
-                    and not self.fleet_full()):
+            if (
+                r.state == "creating"
+                and r.changed_at <= now - self.t.creating_timeout
+                and not self.fleet_full()
+            ):
                 self._delete(r, "creating-timeout")
         # §2 orphans: reported, unknown to the controller (for this worker) for MISSING_TTL
         w = self.workers[name]
@@ -228,14 +233,14 @@ class Model:
         for h in unknown:
             seen.setdefault(h, now)
         w.orphans[kind] = sorted(h for h, first in seen.items() if now - first >= ttl)
-        marked = [r for r in rows if r.missing_since is not None
-                  and (r.kind, r.handle) in self.rows]
+        marked = [
+            r for r in rows if r.missing_since is not None and (r.kind, r.handle) in self.rows
+        ]
         w.asked.discard(kind)
         if marked and now - min(r.missing_since for r in marked) >= ttl and self.fleet_full():
             # Rule 6: nothing destroyed in full disruption. (Scheduling: reaper looks again
             # on the first report STALL_AFTER from now.)
-            w.due[kind] = max(min(r.missing_since for r in marked) + ttl,
-                              now + self.t.stall_after)
+            w.due[kind] = max(min(r.missing_since for r in marked) + ttl, now + self.t.stall_after)
             self.refused += 1
             return
         for r in marked:  # rule 4
@@ -317,19 +322,21 @@ class Model:
         reports = [b for b in w.beats if b.at >= back and b.reports[r.kind] is not None]
         # beats in arrival order (two may share a model time): those after the last holder
         held = [i for i, b in enumerate(reports) if r.handle in b.reports[r.kind]]
-        lacking = [b.at for b in reports[held[-1] + 1 if held else 0:]]
+        lacking = [b.at for b in reports[held[-1] + 1 if held else 0 :]]
         assert lacking and lacking[-1] == now, f"destroy of {r.handle} not on a fresh report"
         first_lacking = lacking[0]
         assert now - first_lacking >= self.t.missing_ttl, (
-            f"destroy of {r.handle} at {now}: absent only since {first_lacking}")
+            f"destroy of {r.handle} at {now}: absent only since {first_lacking}"
+        )
         self.audit_log.append(f"{r.handle}@{now}: absent since {first_lacking}")
 
 
 # ---- model-level reconcile of a batch, for coalesce() properties --------------------------
 
 
-def reconcile_marks(marks: dict[str, float | None], report: Iterable[str], at: float,
-                    also_seen: Iterable[str] = ()) -> dict[str, float | None]:
+def reconcile_marks(
+    marks: dict[str, float | None], report: Iterable[str], at: float, also_seen: Iterable[str] = ()
+) -> dict[str, float | None]:
     """What reconcile_report does to ``missing_since`` of markable rows (rules 1-3), with
     ``also_seen`` (handles of superseded reports): seen after their mark, so it restarts."""
     held = set(report)
@@ -338,9 +345,7 @@ def reconcile_marks(marks: dict[str, float | None], report: Iterable[str], at: f
     for h, since in marks.items():
         if h in held:
             out[h] = None
-        elif since is not None and h in seen and since < at:
-            out[h] = at
-        elif since is None:
+        elif (since is not None and h in seen and since < at) or since is None:
             out[h] = at
         else:
             out[h] = since

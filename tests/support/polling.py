@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from temporalio.service import RPCError
 
 T = TypeVar("T")
 
 
-async def eventually(fn: Callable[[], Awaitable[T]], check: Callable[[T], bool],
-                     timeout: float = 20.0, what: str = "condition", poll: float = 0.05) -> T:
+async def eventually(
+    fn: Callable[[], Awaitable[T]],
+    check: Callable[[T], bool],
+    timeout: float = 20.0,
+    what: str = "condition",
+    poll: float = 0.05,
+) -> T:
     """Poll ``fn`` until ``check`` holds, or fail after ``timeout`` real seconds."""
     deadline = time.monotonic() + timeout
     last: T | None = None

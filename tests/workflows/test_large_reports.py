@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-from reaper.core.protocol import build_beats
-from reaper.core.protocol import report_digest
+from reaper.core.protocol import build_beats, report_digest
 
 TTL = 300
 PAYLOAD_LIMIT = 256 * 1024
@@ -24,17 +22,20 @@ async def send_all(fleet, worker: str, lists: dict, digests: dict | None = None)
 async def marked(pool, worker: str) -> int:
     return await pool.fetchval(
         "SELECT count(*) FROM reaper.containers WHERE worker = $1 AND missing_since IS NOT NULL",
-        worker)
+        worker,
+    )
 
 
 async def max_payload(client, workflow_id: str) -> int:
     biggest = 0
     async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
-        for field in ("workflow_execution_signaled_event_attributes",
-                      "activity_task_scheduled_event_attributes",
-                      "signal_external_workflow_execution_initiated_event_attributes",
-                      "workflow_execution_started_event_attributes",
-                      "activity_task_completed_event_attributes"):
+        for field in (
+            "workflow_execution_signaled_event_attributes",
+            "activity_task_scheduled_event_attributes",
+            "signal_external_workflow_execution_initiated_event_attributes",
+            "workflow_execution_started_event_attributes",
+            "activity_task_completed_event_attributes",
+        ):
             if ev.HasField(field):
                 attrs = getattr(ev, field)
                 payloads = getattr(attrs, "input", None) or getattr(attrs, "result", None)
@@ -52,14 +53,14 @@ async def test_large_report_in_chunks_marks_only_what_is_missing_and_no_payload_
     # hands the signals to the new task, which tests/test_durable.py covers on the dev server).
     handles = [f"container-{i:07d}" for i in range(40_000)]
     await fleet.pool.execute(
-        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2",
-        handles, w)
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w
+    )
     beats = await send_all(fleet, w, {"containers": handles})
     assert len(beats) > 5 and all("chunk" in b for b in beats[:-1])
     st = await fleet.state(w)
     assert st.report_digests["containers"] == report_digest(handles)
     assert await marked(fleet.pool, w) == 0
-    gone = set(handles[::100])                         # 1% changed
+    gone = set(handles[::100])  # 1% changed
     now = [h for h in handles if h not in gone]
     await fleet.advance(10)
     await send_all(fleet, w, {"containers": now}, st.report_digests)
@@ -79,14 +80,15 @@ async def test_large_report_in_chunks_marks_only_what_is_missing_and_no_payload_
 
 async def test_incomplete_chunked_report_never_marks(fleet):
     w = fleet.name("w")
-    handles = [f"volume-{i:07d}" for i in range(30_000)]   # 4 chunks (see above)
+    handles = [f"volume-{i:07d}" for i in range(30_000)]  # 4 chunks (see above)
     await fleet.pool.execute(
-        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w)
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w
+    )
     await send_all(fleet, w, {"containers": handles})
     fleet.seq[w] += 1
     beats = build_beats(w, fleet.boot[w], fleet.seq[w], {"containers": handles[:-5000]}, None)
     assert len(beats) >= 3
-    for b in beats[:-2]:                               # the last chunk never arrives
+    for b in beats[:-2]:  # the last chunk never arrives
         await fleet.raw(w, b)
     await fleet.raw(w, {**beats[-1], "containers": None})
     fleet.seq[w] = beats[-1]["seq"]
@@ -100,10 +102,11 @@ async def test_chunked_report_whose_handles_do_not_match_its_digest_is_rejected(
     w = fleet.name("w")
     handles = [f"c-{i:06d}-{'z' * 60}" for i in range(8_000)]
     await fleet.pool.execute(
-        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w)
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w
+    )
     beats = build_beats(w, "boot-x", 0, {"containers": handles[:4000]}, None)
     for b in beats[:-1]:
-        b["chunk"]["digest"] = report_digest(handles)    # lies about its content
+        b["chunk"]["digest"] = report_digest(handles)  # lies about its content
     fleet.boot[w], fleet.seq[w] = "boot-x", -1
     for b in beats:
         await fleet.raw(w, b)
@@ -115,9 +118,10 @@ async def test_chunked_report_whose_handles_do_not_match_its_digest_is_rejected(
 
 async def test_plain_v1_report_too_large_to_keep_is_staged(fleet):
     w = fleet.name("w")
-    handles = [f"c-{i:06d}" for i in range(12_000)]   # ~130 KB inline: staged, not kept
+    handles = [f"c-{i:06d}" for i in range(12_000)]  # ~130 KB inline: staged, not kept
     await fleet.pool.execute(
-        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w)
+        "INSERT INTO reaper.containers (handle, worker) SELECT unnest($1::text[]), $2", handles, w
+    )
     await fleet.beat(w, containers=handles[:-10])
     assert await marked(fleet.pool, w) == 10
     n = await fleet.pool.fetchval("SELECT count(*) FROM reaper.report_chunks WHERE worker=$1", w)

@@ -26,30 +26,28 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, event, example, given, note, settings, target
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
-
+from hypothesis.control import currently_in_test_context
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.core.policy import collection, fleet, liveness, placement
-
-from reaper.core import protocol
 from activities.temporal import ensure_search_attributes
-from workflows.common import SEARCH_ATTRIBUTES
+from reaper.core import protocol
 from reaper.core.contract import WorkerState
+from reaper.core.policy import collection, fleet, liveness, placement
 from reaper.core.policy.fleet import FleetState
 from tests.support import model as m
 from tests.support.controller import find_binary
 from tests.support.fleet import fleet_with
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
+from workflows.common import SEARCH_ATTRIBUTES
 
-T0 = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 FAST = settings(max_examples=300, deadline=None)
 
 
@@ -109,8 +107,9 @@ def boot_histories(draw):
     them: each boot's beats permuted and duplicated, late beats of earlier boots mixed into
     later boots' traffic (but no boot's first delivery overtakes an earlier boot's first)."""
     nboots = draw(st.integers(1, 4))
-    sent = [sorted(draw(st.sets(st.integers(0, 30), min_size=1, max_size=6)))
-            for _ in range(nboots)]
+    sent = [
+        sorted(draw(st.sets(st.integers(0, 30), min_size=1, max_size=6))) for _ in range(nboots)
+    ]
     rnd = draw(st.randoms(use_true_random=False))
     delivery: list[tuple[str, int]] = []
     for i, seqs in enumerate(sent):
@@ -134,7 +133,10 @@ def test_fence_any_permutation_or_duplication_ends_where_in_order_max_seq_ends(h
     for i, seqs in enumerate(sent):
         assert in_order.offer(f"b{i}", max(seqs))
     assert (fence.boot, fence.seq, fence.previous) == (
-        in_order.boot, in_order.seq, in_order.previous)
+        in_order.boot,
+        in_order.seq,
+        in_order.previous,
+    )
     # Nothing accepted twice; within a boot accepted seqs increase; once a newer boot is
     # accepted, nothing of an older one is.
     assert len(accepted) == len(set(accepted))
@@ -160,7 +162,8 @@ def test_fence_in_order_delivery_with_duplicates_accepts_each_beat_once(raw):
 # ---- liveness -------------------------------------------------------------------------------
 
 timing_pairs = st.tuples(st.integers(1, 10**6), st.integers(1, 5 * 10**6)).map(
-    lambda p: (ms(p[0]), ms(p[0] + p[1])))
+    lambda p: (ms(p[0]), ms(p[0] + p[1]))
+)
 silences = st.integers(0, 10**7).map(ms)
 
 
@@ -214,9 +217,11 @@ def test_fleet_state_is_monotone_in_unhealthy_count(total, k, threshold):
 
 
 @FAST
-@given(st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), st.integers(0, 10),
-                       max_size=8),
-       st.integers(0, 40), st.randoms(use_true_random=False))
+@given(
+    st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), st.integers(0, 10), max_size=8),
+    st.integers(0, 40),
+    st.randoms(use_true_random=False),
+)
 def test_place_picks_a_least_loaded_worker_and_spreads_evenly(candidates, count, rnd):
     before = dict(candidates)
     chosen = placement.place(candidates, count)
@@ -236,13 +241,19 @@ def test_place_picks_a_least_loaded_worker_and_spreads_evenly(candidates, count,
 
 # ---- digest -----------------------------------------------------------------------------------
 
-handle_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF,
-                                    exclude_characters="\x7f"), min_size=1, max_size=6)
+handle_text = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0x2FF, exclude_characters="\x7f"),
+    min_size=1,
+    max_size=6,
+)
 
 
 @FAST
-@given(st.lists(handle_text, max_size=12), st.lists(handle_text, max_size=12),
-       st.randoms(use_true_random=False))
+@given(
+    st.lists(handle_text, max_size=12),
+    st.lists(handle_text, max_size=12),
+    st.randoms(use_true_random=False),
+)
 def test_report_digest_ignores_order_and_duplicates_and_nothing_else(a, b, rnd):
     shuffled = a + a[: len(a) // 2]
     rnd.shuffle(shuffled)
@@ -256,8 +267,10 @@ HANDLES = [f"h{i}" for i in range(6)]
 
 
 @FAST
-@given(st.dictionaries(st.sampled_from(HANDLES), st.none() | st.integers(0, 50)),
-       st.lists(st.frozensets(st.sampled_from(HANDLES)), min_size=1, max_size=5))
+@given(
+    st.dictionaries(st.sampled_from(HANDLES), st.none() | st.integers(0, 50)),
+    st.lists(st.frozensets(st.sampled_from(HANDLES)), min_size=1, max_size=5),
+)
 def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, reports):
     """Reports superseded before they were reconciled are folded into the newest one's
     ``also_seen``. Reconciling only the newest must leave the same handles marked as
@@ -273,7 +286,8 @@ def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, repor
         also = collection.coalesce(sorted(older), also, sorted(newer))
     folded = m.reconcile_marks(dict(marks0), reports[-1], times[-1], also)
     assert {h for h, v in one.items() if v is not None} == {
-        h for h, v in folded.items() if v is not None}
+        h for h, v in folded.items() if v is not None
+    }
     for h, since in folded.items():
         if since is None:
             continue
@@ -291,11 +305,15 @@ def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, repor
 
 
 @FAST
-@given(st.booleans(), st.booleans(), st.integers(0, 100_000).map(ms),
-       st.integers(1, 60_000).map(ms))
+@given(
+    st.booleans(), st.booleans(), st.integers(0, 100_000).map(ms), st.integers(1, 60_000).map(ms)
+)
 def test_should_forward_drops_only_unchanged_unwanted_reports_within_resync(
-        changed, wanted, gap, resync):
-    d = collection.should_forward("new" if changed else "old", "old", at(gap), at(0), resync, wanted)
+    changed, wanted, gap, resync
+):
+    d = collection.should_forward(
+        "new" if changed else "old", "old", at(gap), at(0), resync, wanted
+    )
     assert d.forward == (changed or wanted or gap >= resync)
 
 
@@ -321,6 +339,7 @@ LAG = 1.0
 """Server seconds by which a "late" scheduler write is stamped after now: a report taken now
 predates it (rule 2), the next one (10 s on) does not. The model puts it half as far."""
 
+
 def report_of(n: int) -> st.SearchStrategy[frozenset[int] | None]:
     """A complete report over ``n`` handles (two times in three), or none (liveness only)."""
     some = st.frozensets(st.integers(0, n - 1))
@@ -328,15 +347,20 @@ def report_of(n: int) -> st.SearchStrategy[frozenset[int] | None]:
 
 
 worker_index = st.integers(0, 2)  # modulo the timeline's number of workers
-beat_step = st.tuples(st.just("beat"), worker_index, report_of(C_HANDLES),
-                      report_of(V_HANDLES))
+beat_step = st.tuples(st.just("beat"), worker_index, report_of(C_HANDLES), report_of(V_HANDLES))
 run_step = st.tuples(
-    st.just("run"), st.sampled_from([40, 120, 310, 310]),
-    st.lists(st.tuples(worker_index, report_of(C_HANDLES), report_of(V_HANDLES)),
-             min_size=1, max_size=3, unique_by=lambda e: e[0]).map(tuple),
+    st.just("run"),
+    st.sampled_from([40, 120, 310, 310]),
+    st.lists(
+        st.tuples(worker_index, report_of(C_HANDLES), report_of(V_HANDLES)),
+        min_size=1,
+        max_size=3,
+        unique_by=lambda e: e[0],
+    ).map(tuple),
 )
 kind_handle = st.sampled_from(["containers", "volumes"]).flatmap(
-    lambda k: st.tuples(st.just(k), st.integers(0, UNIVERSE[k] - 1)))
+    lambda k: st.tuples(st.just(k), st.integers(0, UNIVERSE[k] - 1))
+)
 step = st.one_of(
     st.tuples(st.just("sleep"), st.sampled_from([10, 20, 40, 120, 310])),
     beat_step,
@@ -344,8 +368,12 @@ step = st.one_of(
     run_step,
     run_step,
     # "created-late": stamped LAG after now, as if committed while a report was in flight
-    st.tuples(st.just("insert"), kind_handle, worker_index,
-              st.sampled_from(["created", "created", "creating", "created-late"])),
+    st.tuples(
+        st.just("insert"),
+        kind_handle,
+        worker_index,
+        st.sampled_from(["created", "created", "creating", "created-late"]),
+    ),
     st.tuples(st.sampled_from(["promote", "promote", "promote-late"]), kind_handle),
     st.tuples(st.just("dup"), worker_index, st.sampled_from(["same", "other", "oldboot"])),
     st.tuples(st.just("reboot"), worker_index),
@@ -353,8 +381,9 @@ step = st.one_of(
 timelines = st.tuples(
     st.integers(1, 3),  # three: two of them unhealthy is full disruption (rule 6)
     # the scheduler's rows and the agents' first beats, then anything
-    st.lists(st.tuples(st.just("insert"), kind_handle, worker_index, st.just("created")),
-             max_size=4),
+    st.lists(
+        st.tuples(st.just("insert"), kind_handle, worker_index, st.just("created")), max_size=4
+    ),
     st.lists(beat_step, min_size=1, max_size=2),
     st.lists(step, min_size=1, max_size=12),
 )
@@ -415,7 +444,12 @@ class Driver:
             now = await self.fleet.env.get_current_time() + timedelta(seconds=LAG * late)
             await self.pool.execute(
                 f"INSERT INTO reaper.{kind} (handle, worker, state, state_changed_at)"
-                " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING", h, w, state, now)
+                " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                h,
+                w,
+                state,
+                now,
+            )
         elif op in ("promote", "promote-late"):
             kind, hi = s[1]
             h = self.handles[kind][hi]
@@ -429,7 +463,11 @@ class Driver:
                     await conn.execute("SET LOCAL session_replication_role = replica")
                     await conn.execute(
                         f"UPDATE reaper.{kind} SET state = $2, state_changed_at = $3"
-                        " WHERE handle = $1", h, new, now)
+                        " WHERE handle = $1",
+                        h,
+                        new,
+                        now,
+                    )
         elif op == "dup":
             await self.dup(self.w(s[1]), s[2])
         elif op == "reboot":
@@ -452,21 +490,32 @@ class Driver:
         at = f"after the beat of {w} at model time {self.model.now:g}"
         # Rule 3: a row whose marks, state and existence the beat did not change was not
         # written (an unchanged report writes nothing).
-        rewritten = sorted(k for k in before.keys() & after.keys() & rows_after.keys()
-                           if before[k] == after[k]
-                           and rows_before.get(k, (None,))[-1] != rows_after[k][-1])
+        rewritten = sorted(
+            k
+            for k in before.keys() & after.keys() & rows_after.keys()
+            if before[k] == after[k] and rows_before.get(k, (None,))[-1] != rows_after[k][-1]
+        )
         assert not rewritten, f"rule 3: rows written though unchanged {at}: {rewritten}"
         # Rows, marks and destroys agree at every beat, not only at the end (a destroy one
         # beat early would otherwise go unseen).
         got = {k: v[:3] for k, v in rows_after.items()}
-        want = {k: (r.worker, r.state, r.missing_since is not None)
-                for k, r in self.model.rows.items() if r.worker in self.names}
+        want = {
+            k: (r.worker, r.state, r.missing_since is not None)
+            for k, r in self.model.rows.items()
+            if r.worker in self.names
+        }
         assert got == want, f"rows {at}: reaper {got} != model {want}"
         destroyed = await self.db_destroyed()
         assert destroyed == self.model.destroyed(), (
-            f"destroyed {at}: reaper {destroyed} != model {self.model.destroyed()}")
-        self.last[w] = {"worker": w, "boot_id": boot, "seq": seq,
-                        "sent_at": "2026-11-30T10:00:00Z", **reports}
+            f"destroyed {at}: reaper {destroyed} != model {self.model.destroyed()}"
+        )
+        self.last[w] = {
+            "worker": w,
+            "boot_id": boot,
+            "seq": seq,
+            "sent_at": "2026-11-30T10:00:00Z",
+            **reports,
+        }
 
     def model_rows(self) -> dict[tuple[str, str], tuple]:
         return {k: (r.worker, r.state, r.missing_since) for k, r in self.model.rows.items()}
@@ -478,15 +527,25 @@ class Driver:
             "SELECT 'containers' AS kind, handle, worker, state, missing_since, xmin::text AS v"
             " FROM reaper.containers WHERE worker = ANY($1) UNION ALL"
             " SELECT 'volumes', handle, worker, state, missing_since, xmin::text"
-            " FROM reaper.volumes WHERE worker = ANY($1)", self.names)
-        return {(r["kind"], r["handle"]): (r["worker"], r["state"],
-                                           r["missing_since"] is not None, r["v"])
-                for r in rows}
+            " FROM reaper.volumes WHERE worker = ANY($1)",
+            self.names,
+        )
+        return {
+            (r["kind"], r["handle"]): (
+                r["worker"],
+                r["state"],
+                r["missing_since"] is not None,
+                r["v"],
+            )
+            for r in rows
+        }
 
     async def db_destroyed(self) -> list[tuple[str, str, str]]:
         events = await self.pool.fetch(
             "SELECT kind, handle, worker FROM reaper.events"
-            " WHERE action = 'destroyed' AND worker = ANY($1)", self.names)
+            " WHERE action = 'destroyed' AND worker = ANY($1)",
+            self.names,
+        )
         return sorted((r["kind"], r["handle"], r["worker"]) for r in events)
 
     async def dup(self, w: str, variant: str) -> None:
@@ -527,9 +586,12 @@ class Driver:
 
             # A status signal or a timer at the very end may still be in flight.
             try:
-                view = await eventually(lambda w=w: query_state(self.fleet.client, w),
-                                        lambda v: seen(v) == expected(), timeout=2.0,
-                                        what=f"state of {w}")
+                view = await eventually(
+                    lambda w=w: query_state(self.fleet.client, w),
+                    lambda v: seen(v) == expected(),
+                    timeout=2.0,
+                    what=f"state of {w}",
+                )
             except AssertionError:
                 view = await query_state(self.fleet.client, w)
             views[w] = view
@@ -550,15 +612,19 @@ class Driver:
         transaction) after the beat was handled: wait for Postgres to show the model's."""
         states = {w: self.model.state(w) for w in self.names if w in self.last}
         try:
-            await eventually(self._db_states, lambda d: d == states, timeout=5.0,
-                             what="workers rows written")
+            await eventually(
+                self._db_states, lambda d: d == states, timeout=5.0, what="workers rows written"
+            )
         except AssertionError:
             pass  # compared (and reported) by the caller
 
     async def _db_states(self) -> dict[str, str | None]:
         beaten = [w for w in self.names if w in self.last]
-        found = dict(await self.pool.fetch(
-            "SELECT name, state FROM reaper.workers WHERE name = ANY($1)", beaten))
+        found = dict(
+            await self.pool.fetch(
+                "SELECT name, state FROM reaper.workers WHERE name = ANY($1)", beaten
+            )
+        )
         return {w: found.get(w) for w in beaten}
 
     def expected(self) -> dict[str, Any]:
@@ -577,10 +643,15 @@ class Driver:
     async def cleanup(self) -> None:
         """Forget this example's rows (the database outlives examples; the server does not)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            for table in ("containers", "volumes", "tasks", "unknown_handles", "dry_marks",
-                          "events"):
-                await conn.execute(f"DELETE FROM reaper.{table} WHERE worker = ANY($1)",
-                                   self.names)
+            for table in (
+                "containers",
+                "volumes",
+                "tasks",
+                "unknown_handles",
+                "dry_marks",
+                "events",
+            ):
+                await conn.execute(f"DELETE FROM reaper.{table} WHERE worker = ANY($1)", self.names)
             await conn.execute("DELETE FROM reaper.workers WHERE name = ANY($1)", self.names)
             await conn.execute("UPDATE reaper.fleet SET state = 'normal', recovered_at = NULL")
             await conn.execute("UPDATE reaper.reap_tokens SET tokens = NULL, updated_at = NULL")
@@ -618,12 +689,18 @@ async def _play_and_compare(fleet: Any, workers: int, timeline: list[tuple]) -> 
             event(f"returns: {min(returns, 2)}")
             event(f"destroys held in full disruption: {min(model.refused, 1)}")
             # steer generation towards timelines that destroy, mark and return
-            target(len(want["destroyed"]) + 0.5 * len(want["marked"]) + 0.5 * min(returns, 2)
-                   + min(model.refused, 1), label="destroyed + marked/2 + returns/2 + held")
+            target(
+                len(want["destroyed"])
+                + 0.5 * len(want["marked"])
+                + 0.5 * min(returns, 2)
+                + min(model.refused, 1),
+                label="destroyed + marked/2 + returns/2 + held",
+            )
         for key in want:
             assert got[key] == want[key], (
                 f"{key}: reaper {got[key]!r} != model {want[key]!r}\n"
-                f"workers {driver.names}\ntimeline:\n" + "\n".join(map(repr, timeline)))
+                f"workers {driver.names}\ntimeline:\n" + "\n".join(map(repr, timeline))
+            )
     finally:
         await driver.cleanup()
 
@@ -631,42 +708,94 @@ async def _play_and_compare(fleet: Any, workers: int, timeline: list[tuple]) -> 
 TIMELINE_EXAMPLES = int(os.environ.get("REAPER_TIMELINE_EXAMPLES", "25"))
 
 
-@settings(max_examples=TIMELINE_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=TIMELINE_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 @given(timelines)
 # A few timelines that always run, whatever the generator finds:
 # a container absent for MISSING_TTL is destroyed; a duplicate, a same-seq beat with another
 # report and a late beat of the previous boot change nothing;
-@example((1, [("insert", ("containers", 0), 0, "created"),
-              ("insert", ("volumes", 0), 0, "created")],
-          [("beat", 0, frozenset(), frozenset({0}))],
-          [("run", 310, ((0, frozenset(), frozenset({0})),)), ("dup", 0, "same"),
-           ("reboot", 0), ("beat", 0, frozenset(), frozenset()), ("dup", 0, "oldboot"),
-           ("dup", 0, "other"), ("run", 40, ((0, frozenset(), frozenset()),))]))
+@example(
+    (
+        1,
+        [("insert", ("containers", 0), 0, "created"), ("insert", ("volumes", 0), 0, "created")],
+        [("beat", 0, frozenset(), frozenset({0}))],
+        [
+            ("run", 310, ((0, frozenset(), frozenset({0})),)),
+            ("dup", 0, "same"),
+            ("reboot", 0),
+            ("beat", 0, frozenset(), frozenset()),
+            ("dup", 0, "oldboot"),
+            ("dup", 0, "other"),
+            ("run", 40, ((0, frozenset(), frozenset()),)),
+        ],
+    )
+)
 # time stalled does not count: the marks restart at the return (destroyed 300 s after it);
-@example((1, [("insert", ("volumes", 1), 0, "created")], [("beat", 0, None, frozenset())],
-          [("run", 120, ((0, None, frozenset()),)), ("sleep", 40),
-           ("run", 310, ((0, None, frozenset()),))]))
+@example(
+    (
+        1,
+        [("insert", ("volumes", 1), 0, "created")],
+        [("beat", 0, None, frozenset())],
+        [
+            ("run", 120, ((0, None, frozenset()),)),
+            ("sleep", 40),
+            ("run", 310, ((0, None, frozenset()),)),
+        ],
+    )
+)
 # two workers, one lost and back with a liveness-only beat; rows the scheduler adds, moves on
 # from creating, marked by the next resync; the other worker destroys meanwhile;
-@example((2, [("insert", ("containers", 1), 1, "created"),
-              ("insert", ("containers", 2), 0, "created")],
-          [("beat", 0, frozenset({2}), None), ("beat", 1, frozenset(), None)],
-          [("insert", ("volumes", 0), 1, "creating"), ("run", 310, ((0, frozenset(), None),)),
-           ("beat", 1, None, None), ("promote", ("volumes", 0)),
-           ("beat", 1, frozenset(), frozenset()), ("insert", ("containers", 3), 1, "created"),
-           ("beat", 1, frozenset(), frozenset()),
-           ("run", 40, ((1, frozenset(), frozenset()), (0, frozenset(), None)))]))
+@example(
+    (
+        2,
+        [("insert", ("containers", 1), 1, "created"), ("insert", ("containers", 2), 0, "created")],
+        [("beat", 0, frozenset({2}), None), ("beat", 1, frozenset(), None)],
+        [
+            ("insert", ("volumes", 0), 1, "creating"),
+            ("run", 310, ((0, frozenset(), None),)),
+            ("beat", 1, None, None),
+            ("promote", ("volumes", 0)),
+            ("beat", 1, frozenset(), frozenset()),
+            ("insert", ("containers", 3), 1, "created"),
+            ("beat", 1, frozenset(), frozenset()),
+            ("run", 40, ((1, frozenset(), frozenset()), (0, frozenset(), None))),
+        ],
+    )
+)
 # full disruption (two of three stalled): the due destroy waits for the fleet to recover;
-@example((3, [("insert", ("containers", 0), 0, "created")],
-          [("beat", 0, frozenset(), None), ("beat", 1, None, None)],
-          [("beat", 2, None, None), ("run", 310, ((0, frozenset(), None),)),
-           ("run", 40, ((0, frozenset(), None), (1, None, None), (2, None, None)))]))
+@example(
+    (
+        3,
+        [("insert", ("containers", 0), 0, "created")],
+        [("beat", 0, frozenset(), None), ("beat", 1, None, None)],
+        [
+            ("beat", 2, None, None),
+            ("run", 310, ((0, frozenset(), None),)),
+            ("run", 40, ((0, frozenset(), None), (1, None, None), (2, None, None))),
+        ],
+    )
+)
 # rows whose state change commits after a report was taken are not marked on its account.
-@example((1, [("insert", ("containers", 0), 0, "created-late")], [("beat", 0, frozenset(), None)],
-          [("insert", ("containers", 1), 0, "creating"), ("promote-late", ("containers", 1)),
-           ("beat", 0, frozenset({3}), None), ("run", 40, ((0, frozenset(), None),))]))
+@example(
+    (
+        1,
+        [("insert", ("containers", 0), 0, "created-late")],
+        [("beat", 0, frozenset(), None)],
+        [
+            ("insert", ("containers", 1), 0, "creating"),
+            ("promote-late", ("containers", 1)),
+            ("beat", 0, frozenset({3}), None),
+            ("run", 40, ((0, frozenset(), None),)),
+        ],
+    )
+)
 async def test_random_timelines_match_the_model(pool, timeline):
     workers, inserts, first_beats, steps = timeline
     await play_and_compare(pool, workers, [*inserts, *first_beats, *capped(steps)])

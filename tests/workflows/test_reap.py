@@ -36,8 +36,12 @@ async def test_stalled_then_lost_on_the_controller_clock(fleet):
     assert (await fleet.state(w)).state == "lost"
     row = await fleet.pool.fetchrow("SELECT state FROM reaper.workers WHERE name = $1", w)
     assert row["state"] == "lost"
-    reasons = [r["reason"] for r in await fleet.pool.fetch(
-        "SELECT reason FROM reaper.events WHERE worker = $1 AND action = 'state' ORDER BY id", w)]
+    reasons = [
+        r["reason"]
+        for r in await fleet.pool.fetch(
+            "SELECT reason FROM reaper.events WHERE worker = $1 AND action = 'state' ORDER BY id", w
+        )
+    ]
     assert reasons[0] == "new -> running" and reasons[1] == "running -> stalled"
     assert reasons[2].startswith("stalled -> lost")
 
@@ -71,10 +75,12 @@ async def test_drain_stops_new_placements(fleet):
     await setup_service(fleet.pool, "web", {a: ["t-a"], b: [], c: []})
     for n in (a, b, c):
         await fleet.beat(n, tasks=["t-a"] if n == a else [])
-    await fleet.client.get_workflow_handle(f"liveness-{b}").signal("drain", {"reason": "kernel upgrade"})
+    await fleet.client.get_workflow_handle(f"liveness-{b}").signal(
+        "drain", {"reason": "kernel upgrade"}
+    )
     await fleet.settle(b)
     await fleet.advance(10, beating={a: {"tasks": ["t-a"]}, b: {"tasks": []}, c: {"tasks": []}})
-    assert (await fleet.pool.fetchval("SELECT draining FROM reaper.workers WHERE name=$1", b))
+    assert await fleet.pool.fetchval("SELECT draining FROM reaper.workers WHERE name=$1", b)
     await fleet.advance(LOST + 20, beating={b: {"tasks": []}, c: {"tasks": []}})
     repl = await fleet.pool.fetch("SELECT worker FROM reaper.tasks WHERE replaces = 't-a'")
     assert [r["worker"] for r in repl] == [c]
@@ -86,17 +92,23 @@ async def test_rule5_force_reap_now_with_operator_reason(fleet):
     await fleet.beat(a, tasks=["t-a"])
     await fleet.beat(b, tasks=[])
     await fleet.client.get_workflow_handle(f"liveness-{a}").signal(
-        "force_reap", {"reason": "host decommissioned", "actor": "alice"})
+        "force_reap", {"reason": "host decommissioned", "actor": "alice"}
+    )
     tasks = {}
     from tests.support.polling import eventually
-    tasks = await eventually(lambda: task_states(fleet.pool),
-                             lambda t: t["t-a"][1] == "lost", what="forced reap")
+
+    tasks = await eventually(
+        lambda: task_states(fleet.pool), lambda t: t["t-a"][1] == "lost", what="forced reap"
+    )
     ev = await fleet.pool.fetchrow(
-        "SELECT reason, actor FROM reaper.events WHERE action = 'lost' AND handle = 't-a'")
+        "SELECT reason, actor FROM reaper.events WHERE action = 'lost' AND handle = 't-a'"
+    )
     assert (ev["reason"], ev["actor"]) == ("host decommissioned", "alice")
-    await eventually(lambda: task_states(fleet.pool),
-                     lambda t: any(v[3] == "t-a" and v[0] == b for v in t.values()),
-                     what="replacement on b")
+    await eventually(
+        lambda: task_states(fleet.pool),
+        lambda t: any(v[3] == "t-a" and v[0] == b for v in t.values()),
+        what="replacement on b",
+    )
 
 
 async def test_rule7_returning_reaped_worker_lists_reaped_tasks_as_orphans(fleet):
@@ -109,14 +121,14 @@ async def test_rule7_returning_reaped_worker_lists_reaped_tasks_as_orphans(fleet
     st = await fleet.beat(b, tasks=[])
     assert st.assignments == [repl]
     await fleet.beat(b, tasks=[repl])
-    fleet.reboot(a)                                   # comes back, still holding t-a
+    fleet.reboot(a)  # comes back, still holding t-a
     st = await fleet.beat(a, tasks=["t-a"])
     assert st.state == "running"
     st = await fleet.state(a)
     assert st.orphans == ["t-a"]
     tasks = await task_states(fleet.pool)
     assert tasks["t-a"][1] == "lost" and tasks[repl][1] == "running"
-    await fleet.beat(a, tasks=[])                     # the agent removed it
+    await fleet.beat(a, tasks=[])  # the agent removed it
     assert (await fleet.state(a)).orphans == []
 
 
@@ -135,7 +147,9 @@ async def test_rule6_nothing_reaped_in_full_disruption(fleet):
     assert await fleet.pool.fetchval("SELECT state FROM reaper.fleet") == "partial"
     live = {b: {"tasks": ["t-b"]}, c: {"tasks": ["t-c"]}}
     await fleet.advance(LOST - 60, beating=live)
-    assert (await task_states(fleet.pool))["t-a"][1] == "running", "reaped before a fresh LOST_AFTER"
+    assert (await task_states(fleet.pool))["t-a"][1] == "running", (
+        "reaped before a fresh LOST_AFTER"
+    )
     await fleet.advance(120, beating=live)
     assert (await task_states(fleet.pool))["t-a"][1] == "lost"
 
@@ -143,7 +157,8 @@ async def test_rule6_nothing_reaped_in_full_disruption(fleet):
 async def test_rule6_destroys_stop_in_full_disruption(fleet):
     a, b = fleet.name("a"), fleet.name("b")
     await fleet.pool.execute(
-        "INSERT INTO reaper.volumes (handle, worker, state) VALUES ('v-1', $1, 'created')", a)
+        "INSERT INTO reaper.volumes (handle, worker, state) VALUES ('v-1', $1, 'created')", a
+    )
     await fleet.beat(a, volumes=[])
     await fleet.beat(b)
     # b stalls: 1 of 2 unhealthy (0.5 < 0.55: partial) -- lower the bar with a third silent
@@ -173,17 +188,21 @@ async def test_malformed_heartbeats_change_nothing(fleet):
         await fleet.raw(w, p)
     st = await fleet.state(w)
     assert st.rejected == len(bad_payloads)
-    assert (st.boot_id, st.last_seq, st.last_heartbeat_at) == (good.boot_id, good.last_seq,
-                                                              good.last_heartbeat_at)
+    assert (st.boot_id, st.last_seq, st.last_heartbeat_at) == (
+        good.boot_id,
+        good.last_seq,
+        good.last_heartbeat_at,
+    )
     assert st.state == "running"
-    st = await fleet.beat(w, containers=["c-1"])       # and the workflow still works
+    st = await fleet.beat(w, containers=["c-1"])  # and the workflow still works
     assert st.last_seq == good.last_seq + 1
 
 
 async def test_duplicate_late_and_old_boot_beats_change_nothing(fleet):
     w = fleet.name("w")
     await fleet.pool.execute(
-        "INSERT INTO reaper.containers (handle, worker) VALUES ('c-1', $1), ('c-2', $1)", w)
+        "INSERT INTO reaper.containers (handle, worker) VALUES ('c-1', $1), ('c-2', $1)", w
+    )
     old_boot = fleet.reboot(w)
     await fleet.beat(w, containers=["c-1", "c-2"])
     await fleet.beat(w, containers=["c-1", "c-2"])

@@ -32,12 +32,15 @@ async def _record(fleet) -> None:
     await fleet.beat(a, volumes=["v-1"], tasks=["t-a"])
     await fleet.beat(b, tasks=[])
     await fleet.advance(320, beating={a: {"volumes": ["v-1"], "tasks": ["t-a"]}, b: {"tasks": []}})
-    await fleet.advance(60, beating={b: {"tasks": []}})          # a stalls
-    await fleet.beat(a, volumes=["v-1"], tasks=["t-a"])           # and returns
-    await fleet.advance(320, beating={b: {"tasks": []}})          # a is lost and reaped
+    await fleet.advance(60, beating={b: {"tasks": []}})  # a stalls
+    await fleet.beat(a, volumes=["v-1"], tasks=["t-a"])  # and returns
+    await fleet.advance(320, beating={b: {"tasks": []}})  # a is lost and reaped
     HISTORIES.mkdir(exist_ok=True)
-    for wid, name in ((f"liveness-{a}", "liveness"), (f"gc-{a}", "collector"),
-                      (f"reap-{a}-1", "reap")):
+    for wid, name in (
+        (f"liveness-{a}", "liveness"),
+        (f"gc-{a}", "collector"),
+        (f"reap-{a}-1", "reap"),
+    ):
         history = await fleet.client.get_workflow_handle(wid).fetch_history()
         (HISTORIES / f"{name}.json").write_text(history.to_json())
 

@@ -6,27 +6,37 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from reaper.cli.app import (
-    ADDRESS_OPTION, NAMESPACE_OPTION, TASK_QUEUE_OPTION, CliError, app, exit_now, fail,
-    settings_from, setup_logging,
+    ADDRESS_OPTION,
+    NAMESPACE_OPTION,
+    TASK_QUEUE_OPTION,
+    CliError,
+    app,
+    exit_now,
+    fail,
+    settings_from,
+    setup_logging,
 )
 
 
 @app.command()
 def agent(
     worker: str = typer.Option(..., "--worker", help="this worker's name"),
-    state_dir: Path = typer.Option(..., "--state-dir",
-                                   help="holds containers/, volumes/ and tasks/ (created if missing)"),
-    address: Optional[str] = ADDRESS_OPTION,
-    namespace: Optional[str] = NAMESPACE_OPTION,
-    task_queue: Optional[str] = TASK_QUEUE_OPTION,
-    heartbeat_interval: Optional[str] = typer.Option(None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True,
-                                help="-v: one line per beat; -vv: everything"),
+    state_dir: Path = typer.Option(
+        ..., "--state-dir", help="holds containers/, volumes/ and tasks/ (created if missing)"
+    ),
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    task_queue: str | None = TASK_QUEUE_OPTION,
+    heartbeat_interval: str | None = typer.Option(
+        None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"
+    ),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, help="-v: one line per beat; -vv: everything"
+    ),
 ) -> None:
     """A reference agent: heartbeats the contents of STATE_DIR and applies what reaper says
     (assigned tasks are started, orphans removed). Runs until Ctrl-C or SIGTERM."""
@@ -34,18 +44,25 @@ def agent(
     from reaper.core.contract import WORKER_NAME
 
     try:
-        settings = settings_from(temporal_address=address, namespace=namespace,
-                                 task_queue=task_queue, heartbeat_interval=heartbeat_interval)
+        settings = settings_from(
+            temporal_address=address,
+            namespace=namespace,
+            task_queue=task_queue,
+            heartbeat_interval=heartbeat_interval,
+        )
         if not WORKER_NAME.match(worker):
             raise CliError(f"--worker {worker!r}: use 1-253 characters of [A-Za-z0-9._:-]")
     except CliError as exc:
         fail(exc)
     setup_logging(verbose)
     the_agent = Agent(
-        worker=worker, state_dir=state_dir, task_queue=settings.task_queue,
+        worker=worker,
+        state_dir=state_dir,
+        task_queue=settings.task_queue,
         interval=settings.heartbeat_interval,
-        client_factory=client_factory(settings.temporal_address, settings.namespace,
-                                      settings.heartbeat_interval),
+        client_factory=client_factory(
+            settings.temporal_address, settings.namespace, settings.heartbeat_interval
+        ),
     )
 
     async def main_loop() -> None:
@@ -56,6 +73,7 @@ def agent(
         await the_agent.run(stop)
 
     asyncio.run(main_loop())
-    logging.getLogger("reaper.agent").info("agent %s stopped after %d beats",
-                                           worker, the_agent.beats_sent)
+    logging.getLogger("reaper.agent").info(
+        "agent %s stopped after %d beats", worker, the_agent.beats_sent
+    )
     exit_now(0)

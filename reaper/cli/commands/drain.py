@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Optional
 
 import typer
 
 from reaper.cli.app import (
-    ADDRESS_OPTION, NAMESPACE_OPTION, CliError, app, connect_temporal, console, exit_now, fail,
+    ADDRESS_OPTION,
+    NAMESPACE_OPTION,
+    CliError,
+    app,
+    connect_temporal,
+    console,
+    exit_now,
+    fail,
     settings_from,
 )
 from reaper.core.config import Settings
@@ -41,19 +47,24 @@ async def signal_worker(settings: Settings, worker: str, name: str, reason: str)
         desc = await handle.describe()
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
-            raise CliError(f"unknown worker {worker!r}: no liveness workflow {wf_id} "
-                           f"in namespace {settings.namespace!r}") from None
+            raise CliError(
+                f"unknown worker {worker!r}: no liveness workflow {wf_id} "
+                f"in namespace {settings.namespace!r}"
+            ) from None
         raise CliError(f"describe {wf_id}: {exc}") from None
     if desc.status is not WorkflowExecutionStatus.RUNNING:
-        raise CliError(f"unknown worker {worker!r}: liveness workflow {wf_id} is not running "
-                       f"({desc.status.name.lower() if desc.status else 'unknown'})")
+        raise CliError(
+            f"unknown worker {worker!r}: liveness workflow {wf_id} is not running "
+            f"({desc.status.name.lower() if desc.status else 'unknown'})"
+        )
     actor = os.environ.get("USER") or "operator"
     await handle.signal(name, {"reason": reason, "actor": actor})
     return actor
 
 
-def _operator_signal(name: str, worker: str, reason: str, address: str | None,
-                     namespace: str | None) -> None:
+def _operator_signal(
+    name: str, worker: str, reason: str, address: str | None, namespace: str | None
+) -> None:
     try:
         settings = settings_from(temporal_address=address, namespace=namespace)
         actor = asyncio.run(signal_worker(settings, worker, name, reason))
@@ -61,8 +72,9 @@ def _operator_signal(name: str, worker: str, reason: str, address: str | None,
         fail(exc)
     except Exception as exc:
         fail(CliError(f"{name}: {exc}"))
-    console.print(f"sent {name} to liveness-{worker} (reason: {reason!r}, actor: {actor})",
-                  highlight=False)
+    console.print(
+        f"sent {name} to liveness-{worker} (reason: {reason!r}, actor: {actor})", highlight=False
+    )
     exit_now(0)
 
 
@@ -70,8 +82,8 @@ def _operator_signal(name: str, worker: str, reason: str, address: str | None,
 def force_reap(
     worker: str = typer.Argument(..., help="worker name"),
     reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
-    address: Optional[str] = ADDRESS_OPTION,
-    namespace: Optional[str] = NAMESPACE_OPTION,
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
 ) -> None:
     """Reap WORKER now: its tasks become lost and are replaced elsewhere."""
     _operator_signal(FORCE_REAP_SIGNAL, worker, reason, address, namespace)
@@ -81,8 +93,8 @@ def force_reap(
 def drain(
     worker: str = typer.Argument(..., help="worker name"),
     reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
-    address: Optional[str] = ADDRESS_OPTION,
-    namespace: Optional[str] = NAMESPACE_OPTION,
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
 ) -> None:
     """Drain WORKER: nothing new is placed on it."""
     _operator_signal(DRAIN_SIGNAL, worker, reason, address, namespace)

@@ -5,13 +5,20 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from reaper.cli.app import (
-    ADDRESS_OPTION, NAMESPACE_OPTION, TASK_QUEUE_OPTION, CliError, app, console, err, fail,
+    ADDRESS_OPTION,
+    NAMESPACE_OPTION,
+    TASK_QUEUE_OPTION,
+    CliError,
+    app,
+    console,
+    err,
+    fail,
     settings_from,
 )
 
@@ -28,23 +35,28 @@ class _Stop(BaseException):
 
 @app.command()
 def run(
-    temporal_address: Optional[str] = ADDRESS_OPTION,
-    namespace: Optional[str] = NAMESPACE_OPTION,
-    task_queue: Optional[str] = TASK_QUEUE_OPTION,
-    database_url: Optional[str] = typer.Option(
-        None, help="postgresql:// URL; default: embedded Postgres [env REAPER_DATABASE_URL]"),
-    heartbeat_interval: Optional[str] = typer.Option(None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"),
-    stall_after: Optional[str] = typer.Option(None, help="e.g. 30s [REAPER_STALL_AFTER]"),
-    lost_after: Optional[str] = typer.Option(None, help="e.g. 5m [REAPER_LOST_AFTER]"),
-    missing_ttl: Optional[str] = typer.Option(None, help="e.g. 5m [REAPER_MISSING_TTL]"),
-    creating_timeout: Optional[str] = typer.Option(None, help="e.g. 1h [REAPER_CREATING_TIMEOUT]"),
-    disruption_threshold: Optional[float] = typer.Option(
-        None, help="fraction in (0, 1] [REAPER_DISRUPTION_THRESHOLD]"),
-    resync_interval: Optional[str] = typer.Option(None, help="e.g. 30s [REAPER_RESYNC_INTERVAL]"),
-    dry_run: Optional[bool] = typer.Option(None, "--dry-run/--no-dry-run",
-                                           help="record would-* events only [REAPER_DRY_RUN]"),
-    state_dir: Optional[str] = typer.Option(None, help="state directory [REAPER_STATE_DIR; .reaper]"),
-    ui_port: Optional[int] = typer.Option(None, help="Temporal Web UI port [REAPER_UI_PORT; 8233]"),
+    temporal_address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    task_queue: str | None = TASK_QUEUE_OPTION,
+    database_url: str | None = typer.Option(
+        None, help="postgresql:// URL; default: embedded Postgres [env REAPER_DATABASE_URL]"
+    ),
+    heartbeat_interval: str | None = typer.Option(
+        None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"
+    ),
+    stall_after: str | None = typer.Option(None, help="e.g. 30s [REAPER_STALL_AFTER]"),
+    lost_after: str | None = typer.Option(None, help="e.g. 5m [REAPER_LOST_AFTER]"),
+    missing_ttl: str | None = typer.Option(None, help="e.g. 5m [REAPER_MISSING_TTL]"),
+    creating_timeout: str | None = typer.Option(None, help="e.g. 1h [REAPER_CREATING_TIMEOUT]"),
+    disruption_threshold: float | None = typer.Option(
+        None, help="fraction in (0, 1] [REAPER_DISRUPTION_THRESHOLD]"
+    ),
+    resync_interval: str | None = typer.Option(None, help="e.g. 30s [REAPER_RESYNC_INTERVAL]"),
+    dry_run: bool | None = typer.Option(
+        None, "--dry-run/--no-dry-run", help="record would-* events only [REAPER_DRY_RUN]"
+    ),
+    state_dir: str | None = typer.Option(None, help="state directory [REAPER_STATE_DIR; .reaper]"),
+    ui_port: int | None = typer.Option(None, help="Temporal Web UI port [REAPER_UI_PORT; 8233]"),
 ) -> None:
     """Run the controller on the embedded stack (Temporal dev server + Web UI, Postgres) until
     Ctrl-C or SIGTERM, then stop everything."""
@@ -52,11 +64,19 @@ def run(
 
     try:
         settings = settings_from(
-            temporal_address=temporal_address, namespace=namespace, task_queue=task_queue,
-            database_url=database_url, heartbeat_interval=heartbeat_interval,
-            stall_after=stall_after, lost_after=lost_after, missing_ttl=missing_ttl,
-            creating_timeout=creating_timeout, disruption_threshold=disruption_threshold,
-            resync_interval=resync_interval, dry_run=dry_run, state_dir=state_dir,
+            temporal_address=temporal_address,
+            namespace=namespace,
+            task_queue=task_queue,
+            database_url=database_url,
+            heartbeat_interval=heartbeat_interval,
+            stall_after=stall_after,
+            lost_after=lost_after,
+            missing_ttl=missing_ttl,
+            creating_timeout=creating_timeout,
+            disruption_threshold=disruption_threshold,
+            resync_interval=resync_interval,
+            dry_run=dry_run,
+            state_dir=state_dir,
             ui_port=ui_port,
         )
     except CliError as exc:
@@ -91,8 +111,9 @@ def run(
             signal.signal(sig, signal.SIG_IGN)
         stack.stop()
     if code == 0:
-        console.print("stopped: controller, Temporal and Postgres are down; state kept in "
-                      f"{stack.state_dir}")
+        console.print(
+            f"stopped: controller, Temporal and Postgres are down; state kept in {stack.state_dir}"
+        )
     raise typer.Exit(code)
 
 
@@ -103,13 +124,18 @@ def print_stack(stack: Stack) -> None:
     if stack.ui_url:
         table.add_row("Temporal Web UI", f"[bold]{stack.ui_url}[/]")
     table.add_row("Temporal", f"{stack.temporal_address} (namespace {s.namespace})")
-    table.add_row("Postgres", "embedded, " + str(stack.postgres.pgdata) if stack.postgres
-                  else "REAPER_DATABASE_URL")
+    table.add_row(
+        "Postgres",
+        "embedded, " + str(stack.postgres.pgdata) if stack.postgres else "REAPER_DATABASE_URL",
+    )
     pid = stack.controller.pid if stack.controller is not None else None
     table.add_row("Controller", f"pid {pid}, task queue {s.task_queue!r}")
-    table.add_row("Timings", f"heartbeat {s.heartbeat_interval:g}s, stalled after "
-                  f"{s.stall_after:g}s, lost after {s.lost_after:g}s, missing TTL "
-                  f"{s.missing_ttl:g}s" + (", DRY RUN" if s.dry_run else ""))
+    table.add_row(
+        "Timings",
+        f"heartbeat {s.heartbeat_interval:g}s, stalled after "
+        f"{s.stall_after:g}s, lost after {s.lost_after:g}s, missing TTL "
+        f"{s.missing_ttl:g}s" + (", DRY RUN" if s.dry_run else ""),
+    )
     table.add_row("State", str(stack.state_dir))
     console.print(table)
     console.print("reaper is running; Ctrl-C to stop.")

@@ -9,16 +9,24 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from reaper.cli.app import (
-    ADDRESS_OPTION, NAMESPACE_OPTION, CliError, app, connect_temporal, console, err, exit_now,
-    fail, settings_from,
+    ADDRESS_OPTION,
+    NAMESPACE_OPTION,
+    CliError,
+    app,
+    connect_temporal,
+    console,
+    err,
+    exit_now,
+    fail,
+    settings_from,
 )
 from reaper.core.config import Settings
 from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
@@ -50,8 +58,9 @@ def find_database_url(settings: Settings) -> str | None:
     return str(info.get_uri())
 
 
-async def _postgres_view(url: str, notes: list[str]) -> tuple[dict[str, int] | None,
-                                                               dict[str, Any] | None]:
+async def _postgres_view(
+    url: str, notes: list[str]
+) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
     """Running tasks per worker and the fleet row; ``(None, None)`` with a note on failure."""
     from activities import read
 
@@ -88,7 +97,8 @@ async def fleet_overview(settings: Settings) -> dict[str, Any]:
         async with sem:
             try:
                 view = await client.get_workflow_handle(wf_id).query(
-                    STATE_QUERY, result_type=StateView,
+                    STATE_QUERY,
+                    result_type=StateView,
                     rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
                 )
                 return wf_id, view
@@ -104,26 +114,28 @@ async def fleet_overview(settings: Settings) -> dict[str, Any]:
         notes.append("Postgres not reachable (embedded server not running): task counts unknown")
     else:
         running, fleet = await _postgres_view(url, notes)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     workers: list[dict[str, Any]] = []
     for wf_id, view in results:
         if isinstance(view, str):
             workers.append({"worker": wf_id.removeprefix("liveness-"), "error": view})
             continue
         last = view.last_heartbeat_at
-        workers.append({
-            "worker": view.worker,
-            "state": view.state,
-            "draining": view.draining,
-            "last_heartbeat_at": last.isoformat() if last else None,
-            "age_s": round((now - last).total_seconds(), 1) if last else None,
-            "missing": view.missing,
-            "running_tasks": running.get(view.worker, 0) if running is not None else None,
-            "boot_id": view.boot_id,
-            "last_seq": view.last_seq,
-            "assignments": len(view.assignments),
-            "orphans": len(view.orphans),
-        })
+        workers.append(
+            {
+                "worker": view.worker,
+                "state": view.state,
+                "draining": view.draining,
+                "last_heartbeat_at": last.isoformat() if last else None,
+                "age_s": round((now - last).total_seconds(), 1) if last else None,
+                "missing": view.missing,
+                "running_tasks": running.get(view.worker, 0) if running is not None else None,
+                "boot_id": view.boot_id,
+                "last_seq": view.last_seq,
+                "assignments": len(view.assignments),
+                "orphans": len(view.orphans),
+            }
+        )
     return {"fleet": fleet, "workers": workers, "notes": notes}
 
 
@@ -164,15 +176,19 @@ def print_overview(overview: dict[str, Any]) -> None:
 @app.command()
 def workers(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
-    address: Optional[str] = ADDRESS_OPTION,
-    namespace: Optional[str] = NAMESPACE_OPTION,
-    database_url: Optional[str] = typer.Option(None, help="[env REAPER_DATABASE_URL]"),
-    state_dir: Optional[str] = typer.Option(None, help="where the embedded Postgres lives"),
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    database_url: str | None = typer.Option(None, help="[env REAPER_DATABASE_URL]"),
+    state_dir: str | None = typer.Option(None, help="where the embedded Postgres lives"),
 ) -> None:
     """The fleet: each worker's state, last heartbeat, missing handles and running tasks."""
     try:
-        settings = settings_from(temporal_address=address, namespace=namespace,
-                                 database_url=database_url, state_dir=state_dir)
+        settings = settings_from(
+            temporal_address=address,
+            namespace=namespace,
+            database_url=database_url,
+            state_dir=state_dir,
+        )
         overview = asyncio.run(fleet_overview(settings))
     except CliError as exc:
         fail(exc)

@@ -23,7 +23,10 @@ from reaper.cli.stack import Stack
 from reaper.core.config import Settings
 
 DEMO_TIMINGS: dict[str, Any] = dict(
-    heartbeat_interval=1.0, stall_after=3.0, lost_after=8.0, missing_ttl=5.0,
+    heartbeat_interval=1.0,
+    stall_after=3.0,
+    lost_after=8.0,
+    missing_ttl=5.0,
     resync_interval=2.0,
 )
 """Short timings in seconds that keep the validation rules (stall >= 2 x beat, lost > stall,
@@ -63,10 +66,13 @@ def run_demo(console: Console, *, keep: bool = False, verbose: bool = False) -> 
     previous = signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
     code = 1
-    console.print(f"reaper demo: state in {root}; heartbeat {settings.heartbeat_interval:g}s, "
-                  f"stalled after {settings.stall_after:g}s, lost after "
-                  f"{settings.lost_after:g}s, missing TTL {settings.missing_ttl:g}s",
-                  highlight=False, soft_wrap=True)
+    console.print(
+        f"reaper demo: state in {root}; heartbeat {settings.heartbeat_interval:g}s, "
+        f"stalled after {settings.stall_after:g}s, lost after "
+        f"{settings.lost_after:g}s, missing TTL {settings.missing_ttl:g}s",
+        highlight=False,
+        soft_wrap=True,
+    )
     try:
         asyncio.run(_scenario(demo))
         code = 0
@@ -113,10 +119,10 @@ async def _scenario(d: Demo) -> None:
     if d.stack.ui_url:
         t(f"Web UI of this demo's dev server: {d.stack.ui_url}")
     try:
-        d.client = await connect(d.stack.temporal_address, s.namespace,
-                                 deadline_s=CONNECT_DEADLINE_S)
-        d.pool = await create_pool(d.stack.database_url, deadline_s=CONNECT_DEADLINE_S,
-                                   max_size=4)
+        d.client = await connect(
+            d.stack.temporal_address, s.namespace, deadline_s=CONNECT_DEADLINE_S
+        )
+        d.pool = await create_pool(d.stack.database_url, deadline_s=CONNECT_DEADLINE_S, max_size=4)
         await run_steps(d)
     finally:
         if d.pool is not None:

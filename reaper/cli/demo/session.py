@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 
@@ -65,8 +66,11 @@ class Timeline:
     def detail(self, text: str) -> None:
         """Print ``text`` dimmed, only with ``--verbose``."""
         if self.verbose:
-            self.console.print(f"[dim]{time.monotonic() - self.start:7.1f}s    {text}[/]",
-                               highlight=False, soft_wrap=True)
+            self.console.print(
+                f"[dim]{time.monotonic() - self.start:7.1f}s    {text}[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @dataclass
@@ -100,10 +104,23 @@ class Demo:
 
     def start_agent(self, name: str) -> Child:
         """Start ``reaper agent --worker name`` against the private stack; log in ``logs/``."""
-        argv = [sys.executable, "-m", "reaper.cli", "agent", "--worker", name,
-                "--state-dir", str(self.agent_dir(name))]
-        child = Child(f"agent {name}", argv, self.stack.controller_env(),
-                      log_path=self.root / "logs" / f"agent-{name}.log", restart=False)
+        argv = [
+            sys.executable,
+            "-m",
+            "reaper.cli",
+            "agent",
+            "--worker",
+            name,
+            "--state-dir",
+            str(self.agent_dir(name)),
+        ]
+        child = Child(
+            f"agent {name}",
+            argv,
+            self.stack.controller_env(),
+            log_path=self.root / "logs" / f"agent-{name}.log",
+            restart=False,
+        )
         child.start()
         self.agents[name] = child
         return child
@@ -117,8 +134,9 @@ class Demo:
                 pass
         self.stack.stop()
 
-    async def until(self, step: str, probe: Callable[[], Awaitable[T]],
-                    ok: Callable[[T], bool], timeout: float) -> T:
+    async def until(
+        self, step: str, probe: Callable[[], Awaitable[T]], ok: Callable[[T], bool], timeout: float
+    ) -> T:
         """Poll ``probe`` every 0.1 s until ``ok`` holds and return what it returned.
 
         Meanwhile dead stack children are restarted (and that is put on the timeline).

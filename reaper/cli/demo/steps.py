@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from activities import read
 from reaper.cli.demo.session import AGENTS, SERVICE, STEP_TIMEOUT_S, Demo, DemoFailed
@@ -29,8 +30,12 @@ async def run_steps(d: Demo) -> None:
         DemoFailed: an outcome was not observed; its step is named.
     """
     t = d.timeline
-    await d.until("controller ready (schema migrated)", lambda: read.schema_ready(d.db),
-                  lambda ready: ready, STEP_TIMEOUT_S)
+    await d.until(
+        "controller ready (schema migrated)",
+        lambda: read.schema_ready(d.db),
+        lambda ready: ready,
+        STEP_TIMEOUT_S,
+    )
     t("controller ready: schema migrated")
     await seed(d)
     for name in AGENTS:
@@ -38,14 +43,18 @@ async def run_steps(d: Demo) -> None:
     t(f"started agents {', '.join(AGENTS)} (one state directory each)")
 
     for name in AGENTS:
-        await d.until(f"{name} running", partial(d.view, name),
-                      lambda v: v.state == "running", STEP_TIMEOUT_S)
+        await d.until(
+            f"{name} running", partial(d.view, name), lambda v: v.state == "running", STEP_TIMEOUT_S
+        )
     t("all three workers running (liveness-demo-a/b/c)")
     for i, name in enumerate(AGENTS, start=1):
         task = f"{SERVICE}-{i}"
-        await d.until(f"{task} running on {name}",
-                      partial(read.task_state, d.db, task),
-                      lambda st: st == "running", STEP_TIMEOUT_S)
+        await d.until(
+            f"{task} running on {name}",
+            partial(read.task_state, d.db, task),
+            lambda st: st == "running",
+            STEP_TIMEOUT_S,
+        )
         if not (d.agent_dir(name) / "tasks" / task).exists():
             raise DemoFailed(f"{task} running on {name}", "no entry in the agent's tasks/")
     t(f"tasks {SERVICE}-1..3 started by their agents and running: service {SERVICE} at 3/3")
@@ -69,8 +78,10 @@ async def seed(d: Demo) -> None:
             await read.add_handle(conn, "containers", f"c-{name}", name)
             await read.add_handle(conn, "volumes", f"v-{name}", name)
             await read.add_task(conn, f"{SERVICE}-{i}", SERVICE, name)
-    d.timeline(f"seeded: service {SERVICE} (desired 3), pending tasks {SERVICE}-1..3 placed on "
-               "demo-a/b/c, a container and a volume per agent (entries + rows 'created')")
+    d.timeline(
+        f"seeded: service {SERVICE} (desired 3), pending tasks {SERVICE}-1..3 placed on "
+        "demo-a/b/c, a container and a volume per agent (entries + rows 'created')"
+    )
 
 
 async def step_missing_volume(d: Demo) -> None:
@@ -81,8 +92,11 @@ async def step_missing_volume(d: Demo) -> None:
     (d.agent_dir(worker) / "volumes" / handle).unlink()
     t(f"(a) removed volume entry {handle} from {worker}")
     marked = await d.until(
-        step, lambda: read.handle_missing_since(d.db, "volumes", handle),
-        lambda v: v is not None, STEP_TIMEOUT_S)
+        step,
+        lambda: read.handle_missing_since(d.db, "volumes", handle),
+        lambda v: v is not None,
+        STEP_TIMEOUT_S,
+    )
     assert marked is not None
     due = marked + timedelta(seconds=ttl)
     t(f"(a) {handle} marked missing (missing_since set); due for destroy {ttl:g}s later")
@@ -95,8 +109,9 @@ async def step_missing_volume(d: Demo) -> None:
             break
         last_present = now
         if time.monotonic() > deadline:
-            raise DemoFailed(step, f"{handle} still present {ttl + STEP_TIMEOUT_S:g}s after "
-                                   "it was marked")
+            raise DemoFailed(
+                step, f"{handle} still present {ttl + STEP_TIMEOUT_S:g}s after it was marked"
+            )
         await asyncio.sleep(0.1)
     event = await read.destroyed_event(d.db, "volume", handle)
     if event is None:
@@ -104,14 +119,19 @@ async def step_missing_volume(d: Demo) -> None:
     if event.at < due:
         raise DemoFailed(step, f"destroyed at {event.at}, before its due time {due}")
     if last_present is None or last_present < due - timedelta(seconds=TTL_SLACK_S):
-        raise DemoFailed(step, f"{handle} was not seen present just before its due time "
-                               f"(last seen {last_present}, due {due})")
+        raise DemoFailed(
+            step,
+            f"{handle} was not seen present just before its due time "
+            f"(last seen {last_present}, due {due})",
+        )
     present_for = (last_present - marked).total_seconds()
     late = (event.at - due).total_seconds()
-    t(f"(a) {handle} still present {present_for:.1f}s after the mark (TTL {ttl:g}s); "
-      f"destroyed {late:.1f}s after the TTL ran out, events row 'destroyed' "
-      f"(reason {event.reason!r}); row gone {(gone_at - marked).total_seconds():.1f}s "
-      "after the mark")
+    t(
+        f"(a) {handle} still present {present_for:.1f}s after the mark (TTL {ttl:g}s); "
+        f"destroyed {late:.1f}s after the TTL ran out, events row 'destroyed' "
+        f"(reason {event.reason!r}); row gone {(gone_at - marked).total_seconds():.1f}s "
+        "after the mark"
+    )
 
 
 async def step_kill_agent(d: Demo) -> None:
@@ -130,31 +150,51 @@ async def step_kill_agent(d: Demo) -> None:
         view = await d.view(victim)
         return view.state, await read.worker_state(d.db, victim)
 
-    await d.until(f"(b) {victim} stalled", states, both("stalled"),
-                  s.stall_after + STEP_TIMEOUT_S)
-    t(f"(b) {victim} stalled ({time.monotonic() - killed:.1f}s after the kill; "
-      f"STALL_AFTER {s.stall_after:g}s)")
+    await d.until(f"(b) {victim} stalled", states, both("stalled"), s.stall_after + STEP_TIMEOUT_S)
+    t(
+        f"(b) {victim} stalled ({time.monotonic() - killed:.1f}s after the kill; "
+        f"STALL_AFTER {s.stall_after:g}s)"
+    )
     await d.until(f"(b) {victim} lost", states, both("lost"), s.lost_after + STEP_TIMEOUT_S)
-    t(f"(b) {victim} lost ({time.monotonic() - killed:.1f}s after the kill; "
-      f"LOST_AFTER {s.lost_after:g}s)")
-    await d.until(f"(b) {task} lost", lambda: read.task(d.db, task),
-                  lambda r: r is not None and r.state == "lost", STEP_TIMEOUT_S)
+    t(
+        f"(b) {victim} lost ({time.monotonic() - killed:.1f}s after the kill; "
+        f"LOST_AFTER {s.lost_after:g}s)"
+    )
+    await d.until(
+        f"(b) {task} lost",
+        lambda: read.task(d.db, task),
+        lambda r: r is not None and r.state == "lost",
+        STEP_TIMEOUT_S,
+    )
     t(f"(b) task {task} lost (stop_reason worker-lost)")
-    repl = await d.until(f"(b) replacement of {task} placed",
-                         lambda: read.replacement_of(d.db, task),
-                         lambda r: r is not None, STEP_TIMEOUT_S)
+    repl = await d.until(
+        f"(b) replacement of {task} placed",
+        lambda: read.replacement_of(d.db, task),
+        lambda r: r is not None,
+        STEP_TIMEOUT_S,
+    )
     assert repl is not None
     if repl.worker not in AGENTS or repl.worker == victim:
-        raise DemoFailed(f"(b) replacement of {task} placed",
-                         f"placed on {repl.worker!r}, not on a surviving agent")
+        raise DemoFailed(
+            f"(b) replacement of {task} placed",
+            f"placed on {repl.worker!r}, not on a surviving agent",
+        )
     new_id, target = repl.id, repl.worker
     t(f"(b) replacement {new_id} (replaces {task}) placed on {target}")
-    await d.until(f"(b) replacement {new_id} running", lambda: read.task_state(d.db, new_id),
-                  lambda st: st == "running", STEP_TIMEOUT_S)
+    await d.until(
+        f"(b) replacement {new_id} running",
+        lambda: read.task_state(d.db, new_id),
+        lambda st: st == "running",
+        STEP_TIMEOUT_S,
+    )
     if not (d.agent_dir(target) / "tasks" / new_id).exists():
         raise DemoFailed(f"(b) replacement {new_id} running", f"no entry in {target}'s tasks/")
-    await d.until(f"(b) service {SERVICE} back at 3 running",
-                  lambda: read.running_tasks_of(d.db, SERVICE), lambda n: n == 3, STEP_TIMEOUT_S)
+    await d.until(
+        f"(b) service {SERVICE} back at 3 running",
+        lambda: read.running_tasks_of(d.db, SERVICE),
+        lambda n: n == 3,
+        STEP_TIMEOUT_S,
+    )
     t(f"(b) {target} started {new_id}: running; service {SERVICE} back at 3/3")
 
 
@@ -167,22 +207,37 @@ async def step_return(d: Demo) -> None:
         raise DemoFailed("(c) return", f"{victim} no longer holds {task} before its restart")
     d.start_agent(victim)
     t(f"(c) restarted agent {victim} (same state directory, still holding {task})")
-    view = await d.until(f"(c) {victim} running with a new boot id", lambda: d.view(victim),
-                         lambda v: v.state == "running" and v.boot_id != old_boot,
-                         STEP_TIMEOUT_S)
+    view = await d.until(
+        f"(c) {victim} running with a new boot id",
+        lambda: d.view(victim),
+        lambda v: v.state == "running" and v.boot_id != old_boot,
+        STEP_TIMEOUT_S,
+    )
     t(f"(c) {victim} running again, boot id {(old_boot or '')[:8]}… -> {(view.boot_id or '')[:8]}…")
-    await d.until(f"(c) {task} in the orphans of {victim}", lambda: d.view(victim),
-                  lambda v: task in v.orphans, STEP_TIMEOUT_S)
+    await d.until(
+        f"(c) {task} in the orphans of {victim}",
+        lambda: d.view(victim),
+        lambda v: task in v.orphans,
+        STEP_TIMEOUT_S,
+    )
     t(f"(c) reaped task {task} listed in {victim}'s orphans")
     entry = d.agent_dir(victim) / "tasks" / task
-    await d.until(f"(c) {victim} removed {task}", lambda: _now(entry.exists()),
-                  lambda present: not present, STEP_TIMEOUT_S)
+    await d.until(
+        f"(c) {victim} removed {task}",
+        lambda: _now(entry.exists()),
+        lambda present: not present,
+        STEP_TIMEOUT_S,
+    )
     t(f"(c) {victim} removed its entry for {task}")
     await _no_duplicate(d, task)
     # One more full round of reports after the removal, to see that nothing comes back.
     seq = (await d.view(victim)).last_seq or 0
-    await d.until(f"(c) {victim} reported after the removal", lambda: d.view(victim),
-                  lambda v: (v.last_seq or 0) >= seq + 2, STEP_TIMEOUT_S)
+    await d.until(
+        f"(c) {victim} reported after the removal",
+        lambda: d.view(victim),
+        lambda v: (v.last_seq or 0) >= seq + 2,
+        STEP_TIMEOUT_S,
+    )
     await _no_duplicate(d, task)
     t(f"(c) no duplicate: {task} stays lost, exactly 3 running tasks in {SERVICE}")
 
@@ -192,8 +247,10 @@ async def _no_duplicate(d: Demo, task: str) -> None:
     state = await read.task_state(d.db, task)
     running = await read.running_tasks_of(d.db, SERVICE)
     if state != "lost" or running != 3:
-        raise DemoFailed("(c) no duplicate", f"{task} is {state!r}, {running} running tasks "
-                                             f"in {SERVICE} (want lost and 3)")
+        raise DemoFailed(
+            "(c) no duplicate",
+            f"{task} is {state!r}, {running} running tasks in {SERVICE} (want lost and 3)",
+        )
 
 
 async def _now(value: T) -> T:

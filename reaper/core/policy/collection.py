@@ -187,8 +187,13 @@ def next_due(oldest_mark: datetime | None, missing_ttl: float) -> datetime | Non
     return oldest_mark + timedelta(seconds=missing_ttl)
 
 
-def stuck_creating(row_state: str, state_changed_at: datetime, now: datetime,
-                   creating_timeout: float, fleet_full: bool) -> bool:
+def stuck_creating(
+    row_state: str,
+    state_changed_at: datetime,
+    now: datetime,
+    creating_timeout: float,
+    fleet_full: bool,
+) -> bool:
     """Whether a row left in ``creating`` is collected: its creator crashed.
 
     A row ``creating`` for ``REAPER_CREATING_TIMEOUT`` seconds or more is deleted with an

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
+
 class FleetState(str, Enum):
     """Fleet disruption states, after Kubernetes' zone states (nodelifecycle controller)."""
 
@@ -32,8 +33,6 @@ def fleet_state(healthy: int, unhealthy: int, threshold: float) -> FleetState:
     if unhealthy / total >= threshold:
         return FleetState.full
     return FleetState.partial
-
-
 
 
 @dataclass(frozen=True)
@@ -168,7 +167,9 @@ def may_retire(
     return ReapVerdict(True)
 
 
-def is_stray(task_state: str, worker_state: str | None, reaped: bool, fleet: FleetState | str) -> bool:
+def is_stray(
+    task_state: str, worker_state: str | None, reaped: bool, fleet: FleetState | str
+) -> bool:
     """Whether a task is reaped as a stray: written ``running`` or ``pending`` onto a worker
     that is already lost and reaped, or retired, by a scheduler with a stale view
     (Kubernetes #12545). Not while the fleet is in full disruption (rule 6)."""

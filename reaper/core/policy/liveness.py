@@ -6,9 +6,9 @@ All times are timezone-aware UTC ``datetime``s; all durations are seconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Iterable
 
 from reaper.core.contract import WorkerState
 
@@ -63,8 +63,7 @@ def remember_boot(previous: list[str], old_boot_id: str | None) -> list[str]:
     return ([*previous, old_boot_id])[-MAX_REMEMBERED_BOOT_IDS:]
 
 
-RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2,
-        WorkerState.retired: 3}
+RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2, WorkerState.retired: 3}
 """Order of the liveness states: the clock only moves a worker up this order."""
 
 
@@ -121,8 +120,6 @@ def outage_grace(
     if (now - deadline).total_seconds() > heartbeat_interval:
         return now + timedelta(seconds=stall_after)
     return None
-
-
 
 
 def transition(
@@ -183,4 +180,6 @@ def is_return(
         return False
     if current is not WorkerState.running:
         return True
-    return last_heartbeat_at is not None and (now - last_heartbeat_at).total_seconds() >= stall_after
+    return (
+        last_heartbeat_at is not None and (now - last_heartbeat_at).total_seconds() >= stall_after
+    )

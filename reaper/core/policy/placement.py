@@ -1,5 +1,4 @@
-"""Placement policy: where replacement tasks go (CONTRACT.md rule 5).
-"""
+"""Placement policy: where replacement tasks go (CONTRACT.md rule 5)."""
 
 from __future__ import annotations
 
@@ -26,8 +25,6 @@ def place(candidates: Mapping[str, int], count: int) -> list[str]:
         chosen.append(name)
         load[name] += 1
     return chosen
-
-
 
 
 def deficit(desired: int, active: int, pretend_gone: int = 0) -> int:
