@@ -4,13 +4,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test demo bench property clean
+.PHONY: run test check demo bench property clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
+
+# Lint and format (ruff), types (mypy, product code), import layers (import-linter).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 run: $(STAMP)
 	$(BIN)/reaper run

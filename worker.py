@@ -13,6 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import ReaperActivities
@@ -77,7 +78,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await pool.close()
 
 
-async def start_fleet_monitor(client, acts: ReaperActivities, settings: Settings) -> None:
+async def start_fleet_monitor(client: Client, acts: ReaperActivities, settings: Settings) -> None:
     """Start the ``reaper-fleet`` monitor unless one is running already."""
     from temporalio.common import WorkflowIDConflictPolicy
 

@@ -16,7 +16,8 @@ from reaper.core.policy.fleet import HEALTHY, UNHEALTHY, FleetState, fleet_state
 async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime) -> FleetView:
     """Recompute the fleet's disruption state from ``reaper.workers`` and store it if changed.
 
-    Retired workers count neither way (§5.1). When the fleet leaves ``full`` disruption, ``recovered_at`` is set: every worker then gets
+    Retired workers count neither way (§5.1). When the fleet leaves ``full`` disruption,
+    ``recovered_at`` is set: every worker then gets
     a fresh ``LOST_AFTER`` before it can be reaped (CONTRACT.md rule 6). Runs inside the
     caller's transaction; the fleet row is locked so concurrent callers serialise.
     ``at`` is the controller's (workflow) time of the change, UTC.

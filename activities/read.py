@@ -10,11 +10,11 @@ the demo uses them as a stand-in scheduler.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import NamedTuple, Union
+from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
-Db = Union[asyncpg.Pool, asyncpg.Connection]
+Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
 """Anything that runs a statement: a pool (one connection per call) or one connection."""
 
 HANDLE_TABLES = ("containers", "volumes")

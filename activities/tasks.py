@@ -32,7 +32,8 @@ async def backfill(
     """Bring each service back to ``desired_count`` with replacement ``pending`` tasks.
 
     Each replacement goes to the healthy (``running``), non-draining worker with the fewest
-    pending and running tasks (:func:`reaper.core.policy.placement.place`), and names in ``replaces`` a task
+    pending and running tasks (:func:`reaper.core.policy.placement.place`), and names in
+    ``replaces`` a task
     of the service that reaper took down and that has no replacement yet. Runs in the
     caller's transaction with the service row locked, so a retry or a concurrent backfill
     counts the replacements already made and places nothing twice.

@@ -147,7 +147,7 @@ class ReportIntake:
             )
             jobs.append((chunk, staging, returned, handle))
         results = await asyncio.gather(*(job[3] for job in jobs))
-        for (chunk, staging, returned, _), res in zip(jobs, results):
+        for (chunk, staging, returned, _), res in zip(jobs, results, strict=True):
             staging.chunks_staged = max(staging.chunks_staged, res.chunks_staged)
             if not res.complete:
                 continue

@@ -11,7 +11,8 @@ write ``.tmp`` files and rename them). Every heartbeat interval it:
 1. sends a ``heartbeat`` by signal-with-start on ``liveness-{worker}`` with a fresh ``boot_id``
    per process start, ``seq`` from 0 strictly increasing, and the COMPLETE lists of entries;
 2. queries ``state`` and applies it: each id in ``assignments`` becomes ``tasks/<id>`` (the
-   task is started), each handle in ``orphans_by_kind`` (or, from an older controller, ``orphans``) is
+   task is started), each handle in ``orphans_by_kind`` (or, from an older controller,
+   ``orphans``) is
    removed from its kind's directory.
 
 Temporal being unreachable is logged and retried at the next interval; the agent never exits
@@ -29,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 from temporalio.client import Client
 
@@ -134,11 +136,10 @@ class Agent:
                     rpc_timeout=timeout,
                 )
                 self.beats_sent += 1
-                log.debug(
-                    "beat seq=%s %s",
-                    payload["seq"],
-                    " ".join(f"{k}={len(payload[k])}" for k in KINDS if k in payload),
-                )  # type: ignore[arg-type]
+                sizes = " ".join(
+                    f"{k}={len(cast(list[str], payload[k]))}" for k in KINDS if k in payload
+                )
+                log.debug("beat seq=%s %s", payload["seq"], sizes)
             step = "state query"
             # The query must not delay the next beat: it gets what is left of this interval.
             left = max(1.0, self.interval - (time.monotonic() - began))

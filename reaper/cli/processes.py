@@ -118,7 +118,7 @@ class Child:
         if self.log_path is not None:
             if self._log is None:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log = open(self.log_path, "ab", buffering=0)
+                self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 (kept open)
             out = self._log
         self.proc = subprocess.Popen(
             list(self.argv),
@@ -158,7 +158,8 @@ class Child:
                 self._backoff = 1.0  # it ran fine for a while: this is a fresh failure
             self._next_start = now + self._backoff
             self._backoff = min(self._backoff * 2, RESTART_BACKOFF_MAX_S)
-            return f"{self.name} exited with status {code}; restarting in {self._next_start - now:.0f}s"
+            wait = self._next_start - now
+            return f"{self.name} exited with status {code}; restarting in {wait:.0f}s"
         if now < self._next_start:
             return None
         self._next_start = 0.0

@@ -172,7 +172,10 @@ class ReasonInput(BaseModel):
 
 
 class StateView(BaseModel):
-    """Query ``state`` (CONTRACT.md section 2); ``state`` is ``draining`` only in search attributes."""
+    """Query ``state`` (CONTRACT.md section 2).
+
+    ``state`` is never ``draining`` here (that shows only in the search attribute).
+    """
 
     worker: str
     state: str

@@ -15,7 +15,8 @@ from reaper.core.policy.collection import coalesce
 
 
 class LivenessInput(BaseModel):
-    """Start input of ``WorkerLiveness``: ``{"worker": "<name>"}`` (contract), plus carried state."""
+    """Start input of ``WorkerLiveness``: ``{"worker": "<name>"}`` (contract), plus the
+    state carried across continue-as-new."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -38,7 +38,7 @@ CONNECT_DEADLINE_S = 30.0
 def demo_settings(root: Path) -> Settings:
     """Settings of the private stack: free ports, short timings; the environment is ignored."""
     return Settings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         temporal_address=f"127.0.0.1:{free_port()}",
         ui_port=free_port(),
         namespace="default",

@@ -1,1 +1,4 @@
-"""Pure policy: values in, decisions out. Imports nothing of Temporal, Postgres or the rest of reaper but ``reaper.core``."""
+"""Pure policy: values in, decisions out.
+
+Imports nothing of Temporal or Postgres, and nothing of reaper outside ``reaper.core``.
+"""

@@ -56,4 +56,4 @@ def place_owed(
         ``(task_id, worker)`` for every task placed; none if there are no candidates.
     """
     chosen = place(candidates, len(owed))
-    return [(task_id, worker) for (task_id, _), worker in zip(owed, chosen)]
+    return [(task_id, worker) for (task_id, _), worker in zip(owed, chosen, strict=False)]
