@@ -74,7 +74,7 @@ async def wait_settled(client: Client, last_seq: dict[str, int], timeout: float)
     async def check() -> bool:
         names = list(left)
         done = await gather_limited((settled(client, n, left[n]) for n in names), 32)
-        for n, ok in zip(names, done):
+        for n, ok in zip(names, done, strict=True):
             if ok:
                 left.pop(n)
         return not left

@@ -40,7 +40,8 @@ log = logging.getLogger("bench")
 CACHE_WRAPPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); import worker;"
     " from temporalio.worker import Worker;"
-    " worker.Worker = lambda *a, **k: Worker(*a, **{**k, 'max_cached_workflows': int(sys.argv[2])});"
+    " worker.Worker = lambda *a, **k:"
+    " Worker(*a, **{**k, 'max_cached_workflows': int(sys.argv[2])});"
     " sys.exit(worker.main())"
 )
 """``--controller-cache N`` (a diagnostic, not the default): worker.py with the SDK's sticky
@@ -164,7 +165,7 @@ class BenchEnv:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        out = open(c.log_path, "ab")
+        out = open(c.log_path, "ab")  # noqa: SIM115 -- handed to Popen, closed once it has it
         argv = [sys.executable, str(ROOT / "worker.py")]
         if self.controller_cache is not None:
             argv = [sys.executable, "-c", CACHE_WRAPPER, str(ROOT), str(self.controller_cache)]
@@ -185,7 +186,7 @@ class BenchEnv:
     def start_noop_worker(self, task_queue: str) -> subprocess.Popen[bytes]:
         """The baseline's worker process: a no-op workflow, same Worker settings."""
         log_path = self.root / "noop-worker.log"
-        out = open(log_path, "ab")
+        out = open(log_path, "ab")  # noqa: SIM115 -- handed to Popen, closed once it has it
         proc = subprocess.Popen(
             [sys.executable, "-m", "bench.noop", self.address, task_queue],
             cwd=ROOT,

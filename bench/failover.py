@@ -7,12 +7,13 @@ interval, workers added in batches until all are registered. Each victim holds o
 task of service ``bench-svc`` (desired count = victims) and reports it in every beat
 (a complete report); the other workers send liveness-only beats, so that the fleet is 1,000
 livenesses and not 2,000 workflows (a reporting worker also has a collector; the cost of
-reports is metric 1's). Then the victims' beats stop at once. "Last heartbeat" is the wall-clock time at which Temporal accepted the victim's last
-beat; ``lost`` is the time of its ``events`` row ``state`` (``... -> lost``), the replacement
-the ``created_at`` of the task whose ``replaces`` is the victim's task (same transaction as
-its ``replaced`` event). Every healthy worker that went ``stalled`` meanwhile is counted.
-Where the time went is read from the histories: how long workflow tasks waited in the task
-queue and ran on the controller, and the slowest victim's events one by one.
+reports is metric 1's). Then the victims' beats stop at once. "Last heartbeat" is the
+wall-clock time at which Temporal accepted the victim's last beat; ``lost`` is the time of
+its ``events`` row ``state`` (``... -> lost``), the replacement the ``created_at`` of the
+task whose ``replaces`` is the victim's task (same transaction as its ``replaced`` event).
+Every healthy worker that went ``stalled`` meanwhile is counted. Where the time went is read
+from the histories: how long workflow tasks waited in the task queue and ran on the
+controller, and the slowest victim's events one by one.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ async def ramp(
         fleet.add(part, spread=min(fleet.interval, 2.0))
         want = base + i + len(part)
 
-        async def check() -> bool:
+        async def check(want: int = want) -> bool:
             n = await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state = 'running'")
             return n >= want
 
@@ -105,7 +106,8 @@ async def run(
         # Steady state for one interval, then the victims' beats stop at once.
         await asyncio.sleep(interval)
         stalled_before = await pool.fetchval(
-            "SELECT count(*) FROM reaper.events WHERE action = 'state' AND reason LIKE '%-> stalled%'"
+            "SELECT count(*) FROM reaper.events"
+            " WHERE action = 'state' AND reason LIKE '%-> stalled%'"
         )
         temporal = temporal_processes()
         me = [psutil.Process()]
@@ -196,8 +198,8 @@ async def run(
         _value(to_lost, victims, lost_after, give_up, "lost"),
         f"<= {limit:g} s",
         verdict(len(to_lost) == victims and max(to_lost) <= limit),
-        common
-        + [
+        [
+            *common,
             "per victim, last beat -> lost committed: "
             + ", ".join(f"{x:.2f}" for x in sorted(to_lost)),
             "controller's own view (workers.state_since - last_heartbeat_at): "

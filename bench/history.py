@@ -12,6 +12,7 @@ events.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 from temporalio.api.enums.v1 import EventType
@@ -37,7 +38,7 @@ async def per_beat(client: Client, worker: str) -> dict:
             if attrs.signal_name == "heartbeat":
                 signal_at.append(ev.event_id)
                 sizes.append(sum(p.ByteSize() for p in attrs.input.payloads))
-    gaps = [b - a for a, b in zip(signal_at, signal_at[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(signal_at)]
     desc = await handle.describe()
     hist_bytes = desc.raw_description.workflow_execution_info.history_size_bytes
     return {
@@ -107,7 +108,8 @@ async def longest(client: Client) -> Metric:
         [
             f"longest HandleCollector run: {ctop[0]:,} events ({ctop[1]}); {crun:,} runs of "
             f"{len(coll):,} collectors",
-            f"median liveness run: {statistics.median([n for n, _ in live]) if live else 0:g} events",
+            "median liveness run: "
+            f"{statistics.median([n for n, _ in live]) if live else 0:g} events",
         ],
     )
 

@@ -52,7 +52,7 @@ def table(metrics: list[Metric]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     out = []
     for i, r in enumerate(rows):
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         if i == 0:
             out.append("  ".join("-" * w for w in widths))
     return "\n".join(out)

@@ -84,7 +84,7 @@ async def burst(
     async def check() -> bool:
         names = list(want)
         seqs = await gather_limited((seq_of(client, n) for n in names), 32)
-        for n, s in zip(names, seqs):
+        for n, s in zip(names, seqs, strict=True):
             if s >= want[n]:
                 want.pop(n)
         return not want

@@ -124,7 +124,8 @@ async def test_rule8_reap_survives_controller_kill_mid_reap(
     await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ('web', 3)")
     await pool.execute(
         "INSERT INTO reaper.tasks (id, service, worker, state) VALUES"
-        " ('t-a', 'web', $1, 'running'), ('t-b', 'web', $2, 'running'), ('t-c', 'web', $3, 'running')",
+        " ('t-a', 'web', $1, 'running'), ('t-b', 'web', $2, 'running'),"
+        " ('t-c', 'web', $3, 'running')",
         a,
         b,
         c,

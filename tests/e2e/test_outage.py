@@ -527,7 +527,7 @@ async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
             assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
             await server.start()  # same port, same SQLite file
             up_at = time.monotonic()
-            answering = asyncio.ensure_future(judged_again(client, list(reports)[0]))
+            answering = asyncio.ensure_future(judged_again(client, next(iter(reports))))
             await asyncio.sleep(LATE_S)  # c beats again LATE_S after it
             agents.resume(late)
             lag = (await answering)[0] - up_at

@@ -108,7 +108,8 @@ class DevServer(ChildProcess):
             "warn",
             "--dynamic-config-value",
             "frontend.enableServerVersionCheck=false",
-            # continue-as-new every ~30 events, as on the session's dev server (tests/e2e/conftest.py)
+            # continue-as-new every ~30 events, as on the session's dev server
+            # (tests/e2e/conftest.py)
             "--dynamic-config-value",
             "limit.historyCount.suggestContinueAsNew=30",
         ]

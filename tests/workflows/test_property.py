@@ -24,6 +24,7 @@ not have been written (rule 3); at the end also the workers' states (query and P
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -279,10 +280,10 @@ def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, repor
     handle's fate was decided by them."""
     times = [100 + 10 * i for i in range(len(reports))]
     one = dict(marks0)
-    for rep, t in zip(reports, times):
+    for rep, t in zip(reports, times, strict=True):
         one = m.reconcile_marks(one, rep, t)
     also: list[str] = []
-    for older, newer in zip(reports, reports[1:]):
+    for older, newer in itertools.pairwise(reports):
         also = collection.coalesce(sorted(older), also, sorted(newer))
     folded = m.reconcile_marks(dict(marks0), reports[-1], times[-1], also)
     assert {h for h, v in one.items() if v is not None} == {
@@ -292,7 +293,7 @@ def test_coalesced_reports_mark_what_one_by_one_marks_never_sooner(marks0, repor
         if since is None:
             continue
         assert since >= one[h]
-        held_at = [t for rep, t in zip(reports, times) if h in rep]
+        held_at = [t for rep, t in zip(reports, times, strict=True) if h in rep]
         assert all(t < since for t in held_at), "a report held it after its mark"
         decided_by_last_two = len(reports) == 1 or h in reports[-2]
         kept_old_mark = not held_at and marks0.get(h) is not None

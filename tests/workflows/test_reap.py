@@ -94,10 +94,9 @@ async def test_rule5_force_reap_now_with_operator_reason(fleet):
     await fleet.client.get_workflow_handle(f"liveness-{a}").signal(
         "force_reap", {"reason": "host decommissioned", "actor": "alice"}
     )
-    tasks = {}
     from tests.support.polling import eventually
 
-    tasks = await eventually(
+    await eventually(
         lambda: task_states(fleet.pool), lambda t: t["t-a"][1] == "lost", what="forced reap"
     )
     ev = await fleet.pool.fetchrow(
@@ -207,7 +206,7 @@ async def test_duplicate_late_and_old_boot_beats_change_nothing(fleet):
     await fleet.beat(w, containers=["c-1", "c-2"])
     await fleet.beat(w, containers=["c-1", "c-2"])
     new_boot = fleet.reboot(w)
-    st = await fleet.beat(w, containers=["c-1", "c-2"])
+    await fleet.beat(w, containers=["c-1", "c-2"])
     # duplicate of the current beat, a late beat of the old boot claiming c-2 is gone
     await fleet.raw(w, {"worker": w, "boot_id": new_boot, "seq": 0, "containers": ["c-1"]})
     await fleet.raw(w, {"worker": w, "boot_id": old_boot, "seq": 99, "containers": ["c-1"]})

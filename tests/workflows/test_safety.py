@@ -218,7 +218,7 @@ async def test_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool
             )
         )
 
-        async def returning() -> None:
+        async def returning(w: str, ids: list[str], now: datetime) -> None:
             await acts.record_worker_state(
                 WorkerStateChange(
                     worker=w, state=WorkerState.running, at=now + timedelta(seconds=1)
@@ -234,7 +234,7 @@ async def test_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool
                 )
             )
 
-        await asyncio.gather(reap, returning())
+        await asyncio.gather(reap, returning(w, ids, now))
         states = [
             r["state"]
             for r in await pool.fetch(
@@ -247,7 +247,8 @@ async def test_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool
         )
         assert replaced == (5 if states[0] == "lost" else 0)
         active = await pool.fetchval(
-            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state IN ('pending','running')",
+            "SELECT count(*) FROM reaper.tasks"
+            " WHERE service = $1 AND state IN ('pending','running')",
             svc,
         )
         assert active == 5
@@ -444,12 +445,12 @@ async def test_forced_reap_is_not_undone_by_a_beat_right_after_it(fleet):
     )
     # Back after the reap: a beat that lands while the reap child is still finishing (t-a is
     # already lost) is held like the one above; the first after it is the return.
-    st = await eventually(
+    await eventually(
         lambda: fleet.beat(a, tasks=["t-a"]),
         lambda s: s.state == "running",
         what="a back after the reap",
     )
-    st = await eventually(
+    await eventually(
         lambda: fleet.state(a),
         lambda s: "t-a" in s.orphans,
         what="the reaped task listed as an orphan",
