@@ -101,10 +101,11 @@ class FleetActivities(ActivityBase):
         if await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1") == FleetState.full:
             return []
         hosts = await conn.fetch(
-            "SELECT DISTINCT w.name, w.state FROM reaper.workers w"
-            " JOIN reaper.tasks t ON t.worker = w.name AND t.state IN ('running', 'pending')"
-            " WHERE w.state = 'retired'"
-            "  OR (w.state = 'lost' AND w.reaped_at IS NOT NULL AND w.reaped_at >= w.state_since)"
+            "SELECT w.name, w.state FROM reaper.workers w"
+            " WHERE (w.state = 'retired'"
+            "  OR (w.state = 'lost' AND w.reaped_at IS NOT NULL AND w.reaped_at >= w.state_since))"
+            " AND EXISTS (SELECT 1 FROM reaper.tasks t"
+            "  WHERE t.worker = w.name AND t.state IN ('running', 'pending'))"
             " ORDER BY w.name FOR UPDATE OF w"
         )
         placed: list[tuple[str, str]] = []

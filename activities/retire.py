@@ -66,6 +66,7 @@ class RetireActivities(ActivityBase):
                 req.actor,
                 dry_run=req.dry_run,
                 assume_inactive=services if req.dry_run else (),
+                exclude=req.worker,
             )
             for kind, table in (("container", "reaper.containers"), ("volume", "reaper.volumes")):
                 verb = "SELECT handle FROM" if req.dry_run else "DELETE FROM"

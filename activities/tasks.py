@@ -28,6 +28,7 @@ async def backfill(
     *,
     dry_run: bool = False,
     assume_inactive: Iterable[str | None] = (),
+    exclude: str | None = None,
 ) -> tuple[list[tuple[str, str]], int]:
     """Bring each service back to ``desired_count`` with replacement ``pending`` tasks.
 
@@ -38,6 +39,7 @@ async def backfill(
     caller's transaction with the service row locked, so a retry or a concurrent backfill
     counts the replacements already made and places nothing twice.
 
+    ``exclude`` names a worker that must get nothing (the one being retired).
     ``assume_inactive`` (dry run) lists the service of each task that would have been taken
     down, so the would-be replacements are counted as if it had been.
 
@@ -81,6 +83,7 @@ async def backfill(
             )
         ]
         candidates = await placeable_load(conn)
+        candidates.pop(exclude, None)  # type: ignore[arg-type]
         chosen: list[str | None] = list(place(candidates, missing))
         unplaced += missing - len(chosen)
         chosen += [None] * (missing - len(chosen))

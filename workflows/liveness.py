@@ -279,12 +279,16 @@ class WorkerLiveness:
         if live.boot_id != record.boot_id:
             return True  # a new boot: it registers afresh
         workflow.logger.info("beats of %s's retired boot %s ignored", live.worker, record.boot_id)
+        live.unforwarded.clear()  # nothing of the retired boot is reconciled
+        self.intake.chunks.clear()
+        live.ignored += 1
         return False
 
     async def _end_retired(self) -> None:
         """The worker is retired: its collector and this liveness end (§5.1)."""
         try:
-            await workflow.get_external_workflow_handle(collector_id(self.live.worker)).cancel()
+            if self.live.collector_started:
+                await workflow.get_external_workflow_handle(collector_id(self.live.worker)).cancel()
         except Exception as exc:  # never started, or gone already
             workflow.logger.info("collector of %s not cancelled: %s", self.live.worker, exc)
         await workflow.wait_condition(workflow.all_handlers_finished)

@@ -18,10 +18,12 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.core.contract import StateView
+from reaper.core.models import Timings
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state, reports_reconciled, send
 from tests.support.polling import eventually
-from workflows.common import collector_id, liveness_id
+from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
+from workflows.fleet import FleetMonitor
 
 
 class Fleet:
@@ -36,6 +38,8 @@ class Fleet:
         self.boot: dict[str, str] = {}
         self.suffix = uuid.uuid4().hex[:6]
         self.names: list[str] = []
+        self.extra_ids: list[str] = []
+        """Other workflows of this test, terminated with it (the fleet monitor)."""
 
     def name(self, base: str) -> str:
         """A worker name unique to this test (workflow ids outlive a test on the server)."""
@@ -46,12 +50,13 @@ class Fleet:
     async def close(self) -> None:
         """Terminate this test's workflows: the time-skipping server skips no time while a
         workflow task waits on a queue that no worker polls any more."""
-        for name in self.names:
-            for wid in (liveness_id(name), collector_id(name)):
-                try:
-                    await self.client.get_workflow_handle(wid).terminate("test over")
-                except RPCError:
-                    pass
+        ids = [wid for n in self.names for wid in (liveness_id(n), collector_id(n))]
+        ids += [reap_id(n, i) for n in self.names for i in range(1, 4)]
+        for wid in [*ids, *self.extra_ids]:
+            try:
+                await self.client.get_workflow_handle(wid).terminate("test over")
+            except RPCError:
+                pass
 
     def reboot(self, worker: str) -> str:
         """The agent restarts with fresh local state: a new boot id, seq from 0."""
@@ -121,14 +126,22 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def fleet_with(
-    env: WorkflowEnvironment, pool: asyncpg.Pool, **overrides: object
+    env: WorkflowEnvironment, pool: asyncpg.Pool, *, monitor: bool = False, **overrides: object
 ) -> AsyncIterator[Fleet]:
     """A controller with ``make_settings(**overrides)`` on its own task queue, plus simulated
-    agents."""
+    agents; with ``monitor``, also its fleet monitor (owed work, strays), as worker.py starts
+    it."""
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    async with controller(env.client, pool, make_settings(**overrides), tq):
+    settings = make_settings(**overrides)
+    async with controller(env.client, pool, settings, tq):
         f = Fleet(env, pool, tq)
         try:
+            if monitor:
+                timings = Timings(**settings.model_dump(include=set(Timings.model_fields)))
+                await env.client.start_workflow(
+                    FleetMonitor.run, timings, id=fleet_monitor_id(tq), task_queue=tq
+                )
+                f.extra_ids.append(fleet_monitor_id(tq))
             yield f
         finally:
             await f.close()

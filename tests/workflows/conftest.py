@@ -18,11 +18,13 @@ from tests.support.fleet import Fleet, fleet_with
 from workflows.common import SEARCH_ATTRIBUTES
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest_asyncio.fixture
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping test server for the session (0.2 s to start), search attributes
-    registered. Each test's workflows are terminated at its end (``Fleet.close``): a
-    workflow left behind can keep the server from skipping time."""
+    """A time-skipping test server of the test's own (0.2 s to start), search attributes
+    registered. Not shared: the server stops skipping time from the moment an activity is
+    scheduled until it completes, so a test that ends with an activity in flight (its
+    worker stopped, its workflow terminated) would freeze time for every later test; under
+    CPU load that happened often enough to fail the suite."""
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=find_binary("temporal-test-server"),
         data_converter=pydantic_data_converter,

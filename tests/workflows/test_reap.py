@@ -5,6 +5,7 @@ Timings: heartbeat 10 s, stalled after 30 s, lost after 300 s, disruption thresh
 
 from __future__ import annotations
 
+from tests.support.polling import eventually
 from tests.support.scheduler import setup_service, task_states
 
 LOST = 300
@@ -13,13 +14,18 @@ LOST = 300
 async def test_rule5_pending_task_becomes_running_when_reported(fleet):
     w = fleet.name("w")
     await setup_service(fleet.pool, "web", {w: ["t-1"]})
-    st = await fleet.beat(w, tasks=[])
-    assert st.assignments == ["t-1"]
-    st = await fleet.beat(w, tasks=["t-1"])
+    await fleet.beat(w, tasks=[])
+    # The collector signals the assignments back after its reconcile: wait for that signal.
+    await eventually(
+        lambda: fleet.state(w), lambda s: s.assignments == ["t-1"], what="t-1 assigned to w"
+    )
+    await fleet.beat(w, tasks=["t-1"])
     assert (await task_states(fleet.pool))["t-1"][1] == "running"
     await fleet.advance(10)
     await fleet.beat(w, tasks=["t-1"])
-    assert (await fleet.state(w)).assignments == []
+    await eventually(
+        lambda: fleet.state(w), lambda s: s.assignments == [], what="t-1 no longer assigned"
+    )
 
 
 async def test_stalled_then_lost_on_the_controller_clock(fleet):
@@ -117,8 +123,10 @@ async def test_rule7_returning_reaped_worker_lists_reaped_tasks_as_orphans(fleet
     await fleet.beat(b, tasks=[])
     await fleet.advance(LOST + 20, beating={b: {"tasks": []}})
     repl = await fleet.pool.fetchval("SELECT id FROM reaper.tasks WHERE replaces = 't-a'")
-    st = await fleet.beat(b, tasks=[])
-    assert st.assignments == [repl]
+    await fleet.beat(b, tasks=[])
+    await eventually(
+        lambda: fleet.state(b), lambda s: s.assignments == [repl], what="replacement assigned"
+    )
     await fleet.beat(b, tasks=[repl])
     fleet.reboot(a)  # comes back, still holding t-a
     st = await fleet.beat(a, tasks=["t-a"])
