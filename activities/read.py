@@ -52,6 +52,25 @@ async def fleet_state(db: Db) -> FleetRow | None:
     return None if row is None else FleetRow(row["state"], row["since"])
 
 
+class RetiredWorker(NamedTuple):
+    """A ``workers`` row in state ``retired``: the columns ``reaper workers --all`` shows."""
+
+    name: str
+    boot_id: str | None
+    last_seq: int | None
+    last_heartbeat_at: datetime | None
+    retired_at: datetime
+
+
+async def retired_workers(db: Db) -> list[RetiredWorker]:
+    """Workers out of the fleet (``state = 'retired'``, CONTRACT.md §5.1), by name."""
+    rows = await db.fetch(
+        "SELECT name, boot_id, last_seq, last_heartbeat_at, state_since FROM reaper.workers"
+        " WHERE state = 'retired' ORDER BY name"
+    )
+    return [RetiredWorker(*r.values()) for r in rows]
+
+
 async def schema_ready(db: Db) -> bool:
     """True once the controller has migrated the schema (table ``reaper.fleet`` exists)."""
     return await db.fetchval("SELECT to_regclass('reaper.fleet')::text") is not None
@@ -155,7 +174,8 @@ async def destroyed_event(db: Db, kind: str, handle: str) -> EventRow | None:
 
 
 async def worker_state(db: Db, name: str) -> str | None:
-    """The ``workers`` row's state (``running``, ``stalled``, ``lost``), ``None`` if none."""
+    """The ``workers`` row's state (``running``, ``stalled``, ``lost``, ``retired``), ``None``
+    if none."""
     state: str | None = await db.fetchval("SELECT state FROM reaper.workers WHERE name = $1", name)
     return state
 

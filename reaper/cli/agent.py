@@ -16,7 +16,9 @@ write ``.tmp`` files and rename them). Every heartbeat interval it:
    removed from its kind's directory.
 
 Temporal being unreachable is logged and retried at the next interval; the agent never exits
-on its own.
+on its own. A stop is a restart (nothing is reaped) unless ``retire_on_stop`` is set: then,
+when it stops, it signals ``retire`` to its liveness (CONTRACT.md §5.1), for a host that is
+being removed for good.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from pathlib import Path
 from typing import cast
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from reaper.cli.agent_connection import ClientFactory, client_factory, short_error
 from reaper.core.contract import (
     HEARTBEAT_SIGNAL,
     KINDS,
     LIVENESS_WORKFLOW,
+    RETIRE_SIGNAL,
     STATE_QUERY,
     StateView,
     liveness_id,
@@ -48,6 +52,11 @@ from reaper.core.protocol import build_beats
 __all__ = ["Agent", "ClientFactory", "client_factory", "list_entries", "remove_entry"]
 
 log = logging.getLogger("reaper.agent")
+
+RETIRE_ON_STOP_REASON = "agent stopped with --retire-on-stop"
+"""The ``reason`` of the ``retire`` an agent sends when it stops with ``retire_on_stop``."""
+RETIRE_DEADLINE_S = 10.0
+"""How long a stopping agent keeps trying to deliver its ``retire``, in seconds."""
 
 
 def list_entries(directory: Path) -> list[str]:
@@ -80,6 +89,7 @@ class Agent:
         task_queue: the controller's task queue (signal-with-start starts the workflow there).
         interval: seconds between heartbeats (``REAPER_HEARTBEAT_INTERVAL``).
         client_factory: returns a connected Temporal client; called again after a failure.
+        retire_on_stop: when :meth:`run` ends, signal ``retire`` (the host leaves for good).
     """
 
     worker: str
@@ -87,6 +97,7 @@ class Agent:
     task_queue: str
     interval: float
     client_factory: ClientFactory
+    retire_on_stop: bool = False
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     seq: int = 0
     beats_sent: int = 0
@@ -197,8 +208,13 @@ class Agent:
                     log.info("removed orphan %s/%s", kind, handle)
         return started, removed
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Beat every ``interval`` seconds until ``stop`` is set."""
+    async def run(self, stop: asyncio.Event | None = None) -> bool:
+        """Beat every ``interval`` seconds until ``stop`` is set; then, with
+        ``retire_on_stop``, signal ``retire``.
+
+        Returns:
+            False if a ``retire`` was due and could not be delivered; True otherwise.
+        """
         stop = stop or asyncio.Event()
         log.info(
             "agent %s starting: boot_id %s, state in %s, every %gs",
@@ -222,6 +238,47 @@ class Agent:
             if wait > 0:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=wait)
+        if not self.retire_on_stop:
+            return True
+        return await self.retire(RETIRE_ON_STOP_REASON)
+
+    async def retire(self, reason: str, deadline_s: float = RETIRE_DEADLINE_S) -> bool:
+        """Signal ``retire`` to this worker's running liveness (by name, plain JSON).
+
+        Retried until delivered or ``deadline_s`` seconds have passed. Beats of this boot
+        still in flight are ignored by the controller once the retirement is done.
+
+        Returns:
+            True once delivered; False if Temporal stayed unreachable or there is no running
+            ``liveness-{worker}`` (never registered, or retired already).
+        """
+        payload = {"reason": reason, "actor": "agent"}
+        wf_id = liveness_id(self.worker)
+        give_up = time.monotonic() + deadline_s
+        while True:
+            left = give_up - time.monotonic()
+            try:
+                client = await asyncio.wait_for(self._get_client(), timeout=max(left, 0.1))
+                handle = client.get_workflow_handle(wf_id)
+                await handle.signal(
+                    RETIRE_SIGNAL, payload, rpc_timeout=timedelta(seconds=max(left, 1.0))
+                )
+            except RPCError as exc:
+                if exc.status is RPCStatusCode.NOT_FOUND:
+                    log.warning("retire not sent: no running %s (%s)", wf_id, short_error(exc))
+                    return False
+                error: BaseException = exc
+            except Exception as exc:  # unreachable, a timeout
+                error = exc
+            else:
+                log.info("sent retire to %s (reason: %s)", wf_id, reason)
+                return True
+            if time.monotonic() >= give_up:
+                log.warning(
+                    "retire not sent to %s within %gs: %s", wf_id, deadline_s, short_error(error)
+                )
+                return False
+            await asyncio.sleep(min(0.5, max(give_up - time.monotonic(), 0)))
 
     async def _get_client(self) -> Client:
         if self._client is None:

@@ -17,14 +17,18 @@ from urllib.request import urlopen
 import asyncpg
 import psutil
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.cli.agent import Agent
+from reaper.cli.agent import RETIRE_ON_STOP_REASON, Agent
 from reaper.cli.processes import free_port, is_listening
+from reaper.core.contract import RETIRE_SIGNAL, StateView
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
+from tests.support.processes import ChildProcess
 
 FAST = dict(
     heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5, resync_interval=0.4
@@ -69,6 +73,18 @@ async def test_force_reap_of_an_unknown_worker_is_refused(dev_env: WorkflowEnvir
 async def test_drain_of_an_unknown_worker_is_refused(dev_env: WorkflowEnvironment) -> None:
     out = await run_cli("drain", "ghost", "--reason", "test", "--address", address(dev_env))
     assert out.returncode == 1 and "unknown worker 'ghost'" in out.stderr, out
+
+
+@pytest.mark.parametrize("command", ["retire", "undrain"])
+async def test_retire_and_undrain_of_an_unknown_worker_are_refused(
+    dev_env: WorkflowEnvironment, command: str
+) -> None:
+    name = f"nobody-{uuid.uuid4().hex[:6]}"
+    out = await run_cli(command, name, "--reason", "test", "--address", address(dev_env))
+    assert out.returncode == 1, out
+    assert out.stderr.strip().count("\n") == 0, out.stderr  # one line
+    assert f"unknown worker '{name}'" in out.stderr and f"liveness-{name}" in out.stderr
+    assert out.stdout == ""
 
 
 def test_bad_configuration_names_the_variable() -> None:
@@ -151,6 +167,197 @@ async def test_workers_drain_and_force_reap_of_a_running_worker(
         finally:
             stop.set()
             await asyncio.wait_for(runner, timeout=10)
+
+
+def _in_process_agent(tmp_path: Path, client: Client, tq: str) -> Agent:
+    async def same_client() -> Client:
+        return client
+
+    return Agent(
+        worker=f"cli-{uuid.uuid4().hex[:6]}",
+        state_dir=tmp_path,
+        task_queue=tq,
+        interval=FAST["heartbeat_interval"],
+        client_factory=same_client,
+    )
+
+
+def _rows_of(out: subprocess.CompletedProcess[str], worker: str) -> list[dict[str, object]]:
+    assert out.returncode == 0, out
+    return [row for row in json.loads(out.stdout)["workers"] if row["worker"] == worker]
+
+
+async def test_undrain_then_retire_of_a_running_worker(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, db_url: str, tmp_path: Path
+) -> None:
+    client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
+    agent = _in_process_agent(tmp_path, client, tq)
+    w, addr = agent.worker, address(dev_env)
+    (tmp_path / "tasks" / "t-1").touch()
+    await pool.execute(
+        "INSERT INTO reaper.tasks (id, worker, state) VALUES ('t-1', $1, 'pending')", w
+    )
+    stop = asyncio.Event()
+    async with controller(client, pool, make_settings(**FAST), tq):
+        runner = asyncio.create_task(agent.run(stop))
+        try:
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = 't-1'"),
+                lambda st: st == "running",
+                what="t-1 running",
+            )
+            out = await run_cli("drain", w, "--reason", "maintenance", "--address", addr)
+            assert out.returncode == 0, out
+            await eventually(
+                lambda: query_state(client, w), lambda v: v.draining, what="worker draining"
+            )
+            out = await run_cli(
+                "undrain", w, "--reason", "done", "--address", addr, env={"USER": "bob"}
+            )
+            assert out.returncode == 0, out
+            assert f"sent undrain to liveness-{w}" in out.stdout and "actor: bob" in out.stdout
+            await eventually(
+                lambda: pool.fetchval("SELECT draining FROM reaper.workers WHERE name = $1", w),
+                lambda d: d is False,
+                what="workers.draining false after undrain",
+            )
+            assert not (await query_state(client, w)).draining
+
+            out = await run_cli(
+                "retire", w, "--reason", "scale-in", "--address", addr, env={"USER": "alice"}
+            )
+            assert out.returncode == 0, out
+            assert f"sent retire to liveness-{w}" in out.stdout
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
+                lambda st: st == "retired",
+                what="workers row retired",
+            )
+            row = await pool.fetchrow(
+                "SELECT state, stop_reason FROM reaper.tasks WHERE id = 't-1'"
+            )
+            assert (row["state"], row["stop_reason"]) == ("lost", "worker-retired")
+            event = await pool.fetchrow(
+                "SELECT reason, actor FROM reaper.events"
+                " WHERE worker = $1 AND kind = 'worker' AND action = 'state'"
+                " AND reason LIKE '%-> retired%'",
+                w,
+            )
+            assert event is not None and "scale-in" in event["reason"]
+            assert event["actor"] == "alice"
+        finally:
+            stop.set()
+            await asyncio.wait_for(runner, timeout=10)
+        # Stopped: no beat of the retired boot starts a liveness run while we list.
+        await eventually(
+            lambda: client.get_workflow_handle(f"liveness-{w}").describe(),
+            lambda d: d.status is not WorkflowExecutionStatus.RUNNING,
+            what="liveness completed",
+        )
+        env = {"REAPER_DATABASE_URL": db_url}
+        assert _rows_of(await run_cli("workers", "--json", "--address", addr, env=env), w) == []
+        out = await run_cli("workers", "--json", "--all", "--address", addr, env=env)
+        [mine] = _rows_of(out, w)
+        assert mine["state"] == "retired" and mine["running_tasks"] == 0, mine
+        assert mine["boot_id"] == agent.boot_id
+        out = await run_cli("workers", "--address", addr, env=env)
+        assert out.returncode == 0 and w not in out.stdout, out
+        out = await run_cli("workers", "--all", "--address", addr, env=env)
+        assert out.returncode == 0, out
+        [line] = [ln for ln in out.stdout.splitlines() if w in ln]
+        assert "retired" in line, out.stdout
+        out = await run_cli("retire", w, "--reason", "again", "--address", addr)
+        assert out.returncode == 1 and f"unknown worker '{w}'" in out.stderr, out
+
+
+async def _state_or_none(client: Client, worker: str) -> StateView | None:
+    """The ``state`` query, or ``None`` before the agent's first beat started the liveness."""
+    try:
+        return await query_state(client, worker)
+    except RPCError:
+        return None
+
+
+async def _signals(client: Client, worker: str) -> list[str]:
+    """Names of the signals in every run of ``liveness-{worker}``."""
+    names = []
+    async for run in client.list_workflows(f"WorkflowId = 'liveness-{worker}'"):
+        handle = client.get_workflow_handle(f"liveness-{worker}", run_id=run.run_id)
+        async for event in handle.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+                names.append(event.workflow_execution_signaled_event_attributes.signal_name)
+    return names
+
+
+async def test_agent_retires_on_stop_only_with_the_flag(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
+    timings = dict(FAST, stall_after=1)
+    suffix = uuid.uuid4().hex[:6]
+    leaving, restarting = f"leaving-{suffix}", f"restarting-{suffix}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    agents: dict[str, ChildProcess] = {}
+    for name, flags in ((leaving, ["--retire-on-stop"]), (restarting, [])):
+        child = ChildProcess()
+        with open(tmp_path / f"{name}.log", "wb") as log:
+            argv = ["agent", "--worker", name, "--state-dir", str(tmp_path / name)]
+            argv += ["--address", address(dev_env), "--task-queue", tq]
+            child.proc = subprocess.Popen(
+                [sys.executable, "-m", "reaper.cli", *argv, "--heartbeat-interval", "0.2", *flags],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=Path(__file__).parent,  # no .env of the caller
+            )
+        agents[name] = child
+    try:
+        async with controller(client, pool, make_settings(**timings), tq):
+            for name in agents:
+                await eventually(
+                    lambda name=name: _state_or_none(client, name),
+                    lambda v: v is not None and v.state == "running" and v.last_seq is not None,
+                    timeout=30,
+                    what=f"{name} running",
+                )
+            for child in agents.values():
+                child.signal(signal.SIGTERM)
+            for name, child in agents.items():
+                assert child.proc is not None
+                code = await asyncio.to_thread(child.proc.wait, 15)
+                assert code == 0, (tmp_path / f"{name}.log").read_text()
+
+            # With the flag: the retire was sent before the agent exited, and it is done.
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", leaving),
+                lambda st: st == "retired",
+                what=f"{leaving} retired",
+            )
+            reason = await pool.fetchval(
+                "SELECT reason FROM reaper.events WHERE worker = $1 AND kind = 'worker'"
+                " AND action = 'state' AND reason LIKE '%-> retired%'",
+                leaving,
+            )
+            assert RETIRE_ON_STOP_REASON in reason
+            assert "sent retire" in (tmp_path / f"{leaving}.log").read_text()
+
+            # Without it: a stop is a restart. The liveness keeps judging the silent worker
+            # (stalled), and no retire was ever sent (the agent has exited: none can come).
+            await eventually(
+                lambda: query_state(client, restarting),
+                lambda v: v.state == "stalled",
+                what=f"{restarting} stalled",
+            )
+            assert RETIRE_SIGNAL not in await _signals(client, restarting)
+            state = await pool.fetchval(
+                "SELECT state FROM reaper.workers WHERE name = $1", restarting
+            )
+            assert state in ("running", "stalled"), state
+            status = (await client.get_workflow_handle(f"liveness-{restarting}").describe()).status
+            assert status is WorkflowExecutionStatus.RUNNING
+    finally:
+        for child in agents.values():
+            child.stop()
 
 
 @pytest.mark.e2e

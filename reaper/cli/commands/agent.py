@@ -34,12 +34,19 @@ def agent(
     heartbeat_interval: str | None = typer.Option(
         None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"
     ),
+    retire_on_stop: bool = typer.Option(
+        False,
+        "--retire-on-stop",
+        help="on SIGTERM/SIGINT, send `retire` before exiting: for a host that is being removed "
+        "for good; without it a stop is a restart and reaps nothing",
+    ),
     verbose: int = typer.Option(
         0, "--verbose", "-v", count=True, help="-v: one line per beat; -vv: everything"
     ),
 ) -> None:
     """A reference agent: heartbeats the contents of STATE_DIR and applies what reaper says
-    (assigned tasks are started, orphans removed). Runs until Ctrl-C or SIGTERM."""
+    (assigned tasks are started, orphans removed). Runs until Ctrl-C or SIGTERM; exits 1 if
+    --retire-on-stop could not deliver its `retire`."""
     from reaper.cli.agent import Agent, client_factory
     from reaper.core.contract import WORKER_NAME
 
@@ -63,17 +70,21 @@ def agent(
         client_factory=client_factory(
             settings.temporal_address, settings.namespace, settings.heartbeat_interval
         ),
+        retire_on_stop=retire_on_stop,
     )
 
-    async def main_loop() -> None:
+    async def main_loop() -> bool:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await the_agent.run(stop)
+        return await the_agent.run(stop)
 
-    asyncio.run(main_loop())
+    done = asyncio.run(main_loop())
     logging.getLogger("reaper.agent").info(
-        "agent %s stopped after %d beats", worker, the_agent.beats_sent
+        "agent %s stopped after %d beats%s",
+        worker,
+        the_agent.beats_sent,
+        "" if done else "; its retire was not delivered",
     )
-    exit_now(0)
+    exit_now(0 if done else 1)

@@ -1,7 +1,8 @@
-"""``reaper drain`` and ``reaper force-reap``: an operator's signal to one worker's liveness.
+"""``reaper drain``, ``undrain``, ``retire`` and ``force-reap``: an operator's signal to one
+worker's liveness.
 
-Both refuse an unknown worker (no running ``liveness-WORKER``) with exit status 1; the
-signal carries ``{"reason": ..., "actor": $USER}`` (CONTRACT.md §2).
+Each refuses an unknown worker (no running ``liveness-WORKER``) with exit status 1; the
+signal carries ``{"reason": ..., "actor": $USER}`` (CONTRACT.md §2, §5.1).
 """
 
 from __future__ import annotations
@@ -23,11 +24,19 @@ from reaper.cli.app import (
     settings_from,
 )
 from reaper.core.config import Settings
-from reaper.core.contract import DRAIN_SIGNAL, FORCE_REAP_SIGNAL, WORKER_NAME, liveness_id
+from reaper.core.contract import (
+    DRAIN_SIGNAL,
+    FORCE_REAP_SIGNAL,
+    RETIRE_SIGNAL,
+    UNDRAIN_SIGNAL,
+    WORKER_NAME,
+    liveness_id,
+)
 
 
 async def signal_worker(settings: Settings, worker: str, name: str, reason: str) -> str:
-    """Send operator signal ``name`` (``force_reap`` or ``drain``) to a running liveness.
+    """Send operator signal ``name`` (``force_reap``, ``drain``, ``undrain``, ``retire``) to a
+    running liveness.
 
     Returns:
         The actor recorded with the signal (``$USER``, or ``operator``).
@@ -98,3 +107,26 @@ def drain(
 ) -> None:
     """Drain WORKER: nothing new is placed on it."""
     _operator_signal(DRAIN_SIGNAL, worker, reason, address, namespace)
+
+
+@app.command()
+def undrain(
+    worker: str = typer.Argument(..., help="worker name"),
+    reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+) -> None:
+    """Undrain WORKER: placements on it resume (owed work may be placed there)."""
+    _operator_signal(UNDRAIN_SIGNAL, worker, reason, address, namespace)
+
+
+@app.command()
+def retire(
+    worker: str = typer.Argument(..., help="worker name"),
+    reason: str = typer.Option(..., "--reason", help="why; recorded in the events rows"),
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+) -> None:
+    """Retire WORKER for good (scale-in, decommission): its tasks are replaced elsewhere now,
+    its container and volume rows deleted, and it leaves the fleet."""
+    _operator_signal(RETIRE_SIGNAL, worker, reason, address, namespace)

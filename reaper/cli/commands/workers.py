@@ -1,7 +1,9 @@
 """``reaper workers``: the fleet, one row per running liveness workflow.
 
 Each worker's ``state`` comes from its liveness query; running-task counts and the fleet's
-disruption state come from Postgres through :mod:`activities.read`.
+disruption state come from Postgres through :mod:`activities.read`. Retired workers
+(CONTRACT.md §5.1) are out of the fleet and hidden; ``--all`` lists them too, from their
+``workers`` rows (their liveness has completed).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -31,11 +33,14 @@ from reaper.cli.app import (
 from reaper.core.config import Settings
 from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
 
+if TYPE_CHECKING:
+    from activities import read
+
 QUERY_CONCURRENCY = 16
 """At most this many ``state`` queries in flight for ``reaper workers``."""
 QUERY_TIMEOUT_S = 5.0
 """Deadline of one worker's ``state`` query, in seconds."""
-_STATE_STYLE = {"running": "green", "stalled": "yellow", "lost": "red"}
+_STATE_STYLE = {"running": "green", "stalled": "yellow", "lost": "red", "retired": "dim"}
 _FLEET_STYLE = {"normal": "green", "partial": "yellow", "full": "red"}
 
 
@@ -59,9 +64,10 @@ def find_database_url(settings: Settings) -> str | None:
 
 
 async def _postgres_view(
-    url: str, notes: list[str]
-) -> tuple[dict[str, int] | None, dict[str, Any] | None]:
-    """Running tasks per worker and the fleet row; ``(None, None)`` with a note on failure."""
+    url: str, notes: list[str], include_retired: bool
+) -> tuple[dict[str, int] | None, dict[str, Any] | None, list[read.RetiredWorker] | None]:
+    """Running tasks per worker, the fleet row and (with ``include_retired``) the retired
+    workers; ``(None, None, None)`` with a note on failure."""
     from activities import read
 
     try:
@@ -69,17 +75,39 @@ async def _postgres_view(
         try:
             running = await read.running_task_counts(conn)
             row = await read.fleet_state(conn)
+            retired = await read.retired_workers(conn) if include_retired else None
         finally:
             await conn.close()
     except Exception as exc:
         notes.append(f"Postgres: {_first_line(exc)}")
-        return None, None
+        return None, None, None
     fleet = None if row is None else {"state": row.state, "since": row.since.isoformat()}
-    return running, fleet
+    return running, fleet, retired
 
 
-async def fleet_overview(settings: Settings) -> dict[str, Any]:
-    """Every running liveness with its ``state``, running-task counts and the fleet state.
+def _retired_row(
+    w: read.RetiredWorker, running: dict[str, int] | None, now: datetime
+) -> dict[str, Any]:
+    """A retired worker's row, in the shape of a live one (nothing missing, nothing owed)."""
+    last = w.last_heartbeat_at
+    return {
+        "worker": w.name,
+        "state": "retired",
+        "draining": False,
+        "last_heartbeat_at": last.isoformat() if last else None,
+        "age_s": round((now - last).total_seconds(), 1) if last else None,
+        "missing": 0,
+        "running_tasks": running.get(w.name, 0) if running is not None else None,
+        "boot_id": w.boot_id,
+        "last_seq": w.last_seq,
+        "assignments": 0,
+        "orphans": 0,
+    }
+
+
+async def fleet_overview(settings: Settings, include_retired: bool = False) -> dict[str, Any]:
+    """Every running liveness with its ``state``, running-task counts and the fleet state;
+    with ``include_retired``, retired workers too (hidden otherwise).
 
     Returns:
         A JSON-ready dict ``{"fleet": {"state", "since"} | None, "workers": [...],
@@ -109,17 +137,22 @@ async def fleet_overview(settings: Settings) -> dict[str, Any]:
     notes: list[str] = []
     running: dict[str, int] | None = None
     fleet: dict[str, Any] | None = None
+    retired: list[read.RetiredWorker] | None = None
     url = find_database_url(settings)
     if url is None:
         notes.append("Postgres not reachable (embedded server not running): task counts unknown")
     else:
-        running, fleet = await _postgres_view(url, notes)
+        running, fleet, retired = await _postgres_view(url, notes, include_retired)
+    if include_retired and retired is None:
+        notes.append("retired workers unknown (they are listed from Postgres)")
     now = datetime.now(UTC)
     workers: list[dict[str, Any]] = []
     for wf_id, view in results:
         if isinstance(view, str):
             workers.append({"worker": wf_id.removeprefix("liveness-"), "error": view})
             continue
+        if view.state == "retired" and not include_retired:
+            continue  # retired a moment ago; its liveness is about to complete
         last = view.last_heartbeat_at
         workers.append(
             {
@@ -136,6 +169,11 @@ async def fleet_overview(settings: Settings) -> dict[str, Any]:
                 "orphans": len(view.orphans),
             }
         )
+    if retired:
+        # A running liveness is the newer truth (a retired name that registered afresh).
+        listed = {w["worker"] for w in workers}
+        workers += [_retired_row(w, running, now) for w in retired if w.name not in listed]
+        workers.sort(key=lambda w: str(w["worker"]))
     return {"fleet": fleet, "workers": workers, "notes": notes}
 
 
@@ -176,12 +214,16 @@ def print_overview(overview: dict[str, Any]) -> None:
 @app.command()
 def workers(
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    show_all: bool = typer.Option(
+        False, "--all", help="also list retired workers (out of the fleet; hidden by default)"
+    ),
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     database_url: str | None = typer.Option(None, help="[env REAPER_DATABASE_URL]"),
     state_dir: str | None = typer.Option(None, help="where the embedded Postgres lives"),
 ) -> None:
-    """The fleet: each worker's state, last heartbeat, missing handles and running tasks."""
+    """The fleet: each worker's state, last heartbeat, missing handles and running tasks
+    (retired workers only with --all)."""
     try:
         settings = settings_from(
             temporal_address=address,
@@ -189,7 +231,7 @@ def workers(
             database_url=database_url,
             state_dir=state_dir,
         )
-        overview = asyncio.run(fleet_overview(settings))
+        overview = asyncio.run(fleet_overview(settings, include_retired=show_all))
     except CliError as exc:
         fail(exc)
     except Exception as exc:
