@@ -216,12 +216,17 @@ async def test_undrain_then_retire_of_a_running_worker(
             )
             assert out.returncode == 0, out
             assert f"sent undrain to liveness-{w}" in out.stdout and "actor: bob" in out.stdout
+            # The liveness shows the change once its activity has written workers.draining.
             await eventually(
-                lambda: pool.fetchval("SELECT draining FROM reaper.workers WHERE name = $1", w),
-                lambda d: d is False,
-                what="workers.draining false after undrain",
+                lambda: query_state(client, w), lambda v: not v.draining, what="undrained"
             )
-            assert not (await query_state(client, w)).draining
+            draining = await pool.fetchval("SELECT draining FROM reaper.workers WHERE name = $1", w)
+            assert draining is False
+            undrain = await pool.fetchrow(
+                "SELECT reason, actor FROM reaper.events WHERE worker = $1 AND action = 'undrain'",
+                w,
+            )
+            assert undrain is not None and (undrain["reason"], undrain["actor"]) == ("done", "bob")
 
             out = await run_cli(
                 "retire", w, "--reason", "scale-in", "--address", addr, env={"USER": "alice"}
