@@ -218,3 +218,23 @@ async def running_tasks_of(db: Db, service: str) -> int:
             "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = 'running'", service
         )
     )
+
+
+async def active_tasks_of(db: Db, service: str) -> int:
+    """How many tasks of ``service`` are active: ``pending`` (owed ones included) or
+    ``running``."""
+    return int(
+        await db.fetchval(
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1"
+            " AND state IN ('pending', 'running')",
+            service,
+        )
+    )
+
+
+async def running_tasks_on(db: Db, worker: str) -> list[str]:
+    """Ids of the ``running`` tasks placed on ``worker``, sorted."""
+    rows = await db.fetch(
+        "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'running' ORDER BY id", worker
+    )
+    return [r["id"] for r in rows]

@@ -14,7 +14,8 @@ def demo(
 ) -> None:
     """A finite end-to-end run on its own embedded stack (own ports, own temporary state):
     three agents, a missing volume destroyed after its TTL, a killed agent reaped and its task
-    replaced, the agent's return without a duplicate. Exits 0 only if all was observed."""
+    replaced, the agent's return without a duplicate, a scale-in (an agent retires on stop) and a
+    scale-out (owed work placed on a new agent). Exits 0 only if all was observed."""
     from reaper.cli.demo import run_demo
 
     code = run_demo(console, keep=keep, verbose=verbose)

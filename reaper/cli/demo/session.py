@@ -30,7 +30,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 AGENTS = ("demo-a", "demo-b", "demo-c")
-"""The demo's workers, one ``reaper agent`` process each."""
+"""The demo's first workers, one ``reaper agent`` process each."""
+LEAVING = "demo-c"
+"""The agent started with ``--retire-on-stop``: its stop is the scale-in of step (d)."""
+JOINING = "demo-d"
+"""The worker that joins in step (e) (a new name, a fresh state directory)."""
 SERVICE = "web"
 """The demo's service: three tasks, ``web-1`` on ``demo-a`` and so on."""
 STEP_TIMEOUT_S = 45.0
@@ -102,8 +106,9 @@ class Demo:
         """State directory of agent ``name`` (``containers/``, ``volumes/``, ``tasks/``)."""
         return self.root / "agents" / name
 
-    def start_agent(self, name: str) -> Child:
-        """Start ``reaper agent --worker name`` against the private stack; log in ``logs/``."""
+    def start_agent(self, name: str, *, retire_on_stop: bool = False) -> Child:
+        """Start ``reaper agent --worker name`` against the private stack; log in ``logs/``.
+        With ``retire_on_stop``, its stop (SIGTERM) retires the worker."""
         argv = [
             sys.executable,
             "-m",
@@ -114,6 +119,8 @@ class Demo:
             "--state-dir",
             str(self.agent_dir(name)),
         ]
+        if retire_on_stop:
+            argv.append("--retire-on-stop")
         child = Child(
             f"agent {name}",
             argv,
@@ -161,6 +168,47 @@ class Demo:
             if time.monotonic() > deadline:
                 raise DemoFailed(step, f"not observed within {timeout:g}s; last seen: {last!r}")
             await asyncio.sleep(POLL_S)
+
+    async def stop_agent(self, name: str) -> int:
+        """SIGTERM agent ``name`` and wait for it to exit; its exit status."""
+        child = self.agents[name]
+        await asyncio.to_thread(child.stop, 10)
+        assert child.proc is not None
+        return child.proc.returncode
+
+    async def cli(self, step: str, *args: str) -> str:
+        """Run ``reaper ARGS --address <this stack>`` as an operator would; its stdout.
+
+        Raises:
+            DemoFailed: ``step``, the command exited with a status other than 0.
+        """
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "reaper.cli",
+            *args,
+            "--address",
+            self.stack.temporal_address,
+            env=self.stack.controller_env(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, errs = await proc.communicate()
+        if proc.returncode != 0:
+            raise DemoFailed(
+                step,
+                f"`reaper {' '.join(args)}` exited {proc.returncode}: "
+                + errs.decode(errors="replace").strip(),
+            )
+        return out.decode(errors="replace").strip()
+
+    async def liveness_running(self, worker: str) -> bool:
+        """Whether ``liveness-{worker}`` is running (a retired worker's has completed)."""
+        from temporalio.client import WorkflowExecutionStatus
+
+        assert self.client is not None, "the demo's Temporal client is not connected yet"
+        desc = await self.client.get_workflow_handle(liveness_id(worker)).describe()
+        return desc.status is WorkflowExecutionStatus.RUNNING
 
     async def view(self, worker: str) -> StateView:
         """The ``state`` query of ``worker``'s liveness (3 s deadline).
