@@ -12,6 +12,7 @@ processed one at a time, in order, so no destroy races a reconcile. The rules th
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 
@@ -45,6 +46,7 @@ class HandleCollector:
         self.inp = inp
         self.gc = inp.carried or CollectorState()
         self.busy = False
+        self.stopping = False
         self.report(inp.queued)
 
     @workflow.signal(name="report")
@@ -58,6 +60,11 @@ class HandleCollector:
                     continue
                 r = supersede(queued, r)
             self.gc.queue[r.kind] = r
+
+    @workflow.signal(name="stop")
+    def stop(self, _: Any = None) -> None:
+        """From the liveness: the worker is retired; end after the report in hand (§5.1)."""
+        self.stopping = True
 
     @workflow.query(name="backlog")
     def backlog(self) -> int:
@@ -83,6 +90,8 @@ class HandleCollector:
         )
         while True:
             await self._wait_for_report_or_due()
+            if self.stopping:
+                return  # between activities: nothing is left in flight
             for kind in KINDS:
                 report = self.gc.queue.pop(kind, None)
                 if report is not None:
@@ -102,13 +111,15 @@ class HandleCollector:
         """Wait for a report, or until a kind falls due; then ask the liveness for a fresh one."""
         waiting = {k: d for k, d in self.gc.due.items() if k not in self.gc.asked}
         if not waiting:
-            await workflow.wait_condition(lambda: bool(self.gc.queue) or should_continue_as_new())
+            await workflow.wait_condition(
+                lambda: bool(self.gc.queue) or self.stopping or should_continue_as_new()
+            )
             return
         timeout = (min(waiting.values()) - workflow.now()).total_seconds()
         if timeout > 0:
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self.gc.queue),
+                    lambda: bool(self.gc.queue) or self.stopping,
                     timeout=timeout,
                     timeout_summary=f"missing TTL: {', '.join(sorted(waiting))} due",
                 )

@@ -25,7 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.policy import liveness as policy
     from reaper.core.protocol import report_digest
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
-    from workflows.common import collector_id, run_activity, should_continue_as_new
+    from workflows.common import (
+        collector_id,
+        run_activity,
+        should_continue_as_new,
+        signal_quietly,
+    )
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
 
@@ -282,15 +287,14 @@ class WorkerLiveness:
         live.unforwarded.clear()  # nothing of the retired boot is reconciled
         self.intake.chunks.clear()
         live.ignored += 1
+        live.state, live.state_since = WorkerState.retired, workflow.now()  # what agents see
         return False
 
     async def _end_retired(self) -> None:
         """The worker is retired: its collector and this liveness end (§5.1)."""
-        try:
-            if self.live.collector_started:
-                await workflow.get_external_workflow_handle(collector_id(self.live.worker)).cancel()
-        except Exception as exc:  # never started, or gone already
-            workflow.logger.info("collector of %s not cancelled: %s", self.live.worker, exc)
+        if self.live.collector_started:
+            # A signal, not a cancellation: the collector ends between two activities.
+            await signal_quietly(collector_id(self.live.worker), "stop", None)
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     def _has_work(self) -> bool:

@@ -135,8 +135,11 @@ class LivenessSteps:
         reason = actor = None
         if state is WorkerState.lost and live.reap_request is not None:
             reason, actor = live.reap_request.reason, live.reap_request.actor
-        back = live.returned_at if state is WorkerState.running else None
+        # A return is recorded once: its marks are cleared by that one write (and its retries).
+        new_return = state is WorkerState.running and live.recorded_return != live.returned_at
+        back = live.returned_at if new_return else None
         before = live.recorded_state.value if live.recorded_state else "new"
+        what = f"{before} -> {state.value}" if live.recorded_state is not state else "refresh"
         done = await run_activity(
             ReaperActivities.record_worker_state,
             WorkerStateChange(
@@ -150,11 +153,11 @@ class LivenessSteps:
                 actor=actor,
                 returned_at=back,
             ),
-            summary=f"{live.worker}: {before} -> {state.value}",
+            summary=f"{live.worker}: {what}",
         )
         live.recorded_state = state
         live.recorded_boot_id, live.recorded_heartbeat_at = live.boot_id, live.last_heartbeat_at
-        if state is WorkerState.running:
+        if new_return:
             live.recorded_return = back
         self.fleet_seen = done.fleet.state if done.fleet else None
         if done.marks_cleared:
