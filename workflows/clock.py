@@ -34,6 +34,12 @@ class DeadlineTimer:
         self._timer: asyncio.Future[None] | None = None
         self._deadline = datetime.min.replace(tzinfo=UTC)
 
+    def cancel(self) -> None:
+        """Cancel the running timer, if any (the liveness is ending)."""
+        if self._timer is not None and not self._timer.done():
+            self._timer.cancel()
+        self._timer = None
+
     async def wait(
         self, deadline: datetime | None, has_work: Callable[[], bool], label: str
     ) -> datetime | None:

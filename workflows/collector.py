@@ -90,8 +90,9 @@ class HandleCollector:
         )
         while True:
             await self._wait_for_report_or_due()
-            if self.stopping:
-                return  # between activities: nothing is left in flight
+            if self.stopping:  # between activities: nothing is left in flight
+                await signal_quietly(liveness_id(inp.worker), "gc_stopped", None)
+                return
             for kind in KINDS:
                 report = self.gc.queue.pop(kind, None)
                 if report is not None:

@@ -27,9 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.common import (
         collector_id,
-        run_activity,
         should_continue_as_new,
-        signal_quietly,
     )
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
@@ -205,6 +203,11 @@ class WorkerLiveness:
         for kind in KINDS:
             self.want_report(kind)
 
+    @workflow.signal(name="gc_stopped")
+    def gc_stopped(self, _: Any = None) -> None:
+        """From the collector: it ended after this liveness retired its worker."""
+        self.steps.retirement.collector_stopped = True
+
     @workflow.query(name="state")
     def state(self) -> StateView:
         """Current view (CONTRACT.md §2 query ``state``)."""
@@ -248,12 +251,13 @@ class WorkerLiveness:
             f"lost after {live.timings.lost_after:g}s without a heartbeat; handle GC in "
             f"`{collector_id(live.worker)}`."
         )
-        if inp.carried is None and not await self._registers_afresh():
+        if inp.carried is None and not await self.steps.retirement.registers_afresh():
             return
         while True:
             await self.steps.step(self.clock.judge)
             if live.state is WorkerState.retired:
-                await self._end_retired()
+                self.timer.cancel()
+                await self.steps.retirement.end()
                 return
             # Operator requests and chunks live outside the carried state: hand over only
             # once they are handled (a signal in this very activation is seen here).
@@ -271,31 +275,6 @@ class WorkerLiveness:
             )
             if fired is not None:
                 self.clock.on_deadline(fired)
-
-    async def _registers_afresh(self) -> bool:
-        """A new run: ignore what a retired boot sent (§5.1); False if nothing else came."""
-        live = self.live
-        record = await run_activity(
-            ReaperActivities.worker_record, live.worker, summary=f"read {live.worker}"
-        )
-        if record.state is not WorkerState.retired:
-            return True
-        live.retired_boot_id = record.boot_id
-        if live.boot_id != record.boot_id:
-            return True  # a new boot: it registers afresh
-        workflow.logger.info("beats of %s's retired boot %s ignored", live.worker, record.boot_id)
-        live.unforwarded.clear()  # nothing of the retired boot is reconciled
-        self.intake.chunks.clear()
-        live.ignored += 1
-        live.state, live.state_since = WorkerState.retired, workflow.now()  # what agents see
-        return False
-
-    async def _end_retired(self) -> None:
-        """The worker is retired: its collector and this liveness end (§5.1)."""
-        if self.live.collector_started:
-            # A signal, not a cancellation: the collector ends between two activities.
-            await signal_quietly(collector_id(self.live.worker), "stop", None)
-        await workflow.wait_condition(workflow.all_handlers_finished)
 
     def _has_work(self) -> bool:
         return self.steps.has_work() or should_continue_as_new()

@@ -15,7 +15,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import DrainChange, RetireRequest, WorkerStateChange
+    from activities.types import DrainChange, WorkerStateChange
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, ReapInput, ReapResult, Timings
     from reaper.core.policy.fleet import FleetState
@@ -24,11 +24,11 @@ with workflow.unsafe.imports_passed_through():
         STATE_ATTR,
         WORKER_ATTR,
         reap_id,
-        request_resync,
         run_activity,
     )
     from workflows.intake import ReportIntake
     from workflows.reap import WorkerReap
+    from workflows.retirement import Retirement
 
 
 class LivenessSteps:
@@ -42,6 +42,7 @@ class LivenessSteps:
     def __init__(self, live: LivenessState, intake: ReportIntake) -> None:
         self.live = live
         self.intake = intake
+        self.retirement = Retirement(live, intake)
         self.drain_change: DrainChange | None = None
         """A ``drain`` or ``undrain`` not yet applied (never carried: the loop applies it
         before it continues as new)."""
@@ -116,7 +117,7 @@ class LivenessSteps:
         if self.need_reap():
             await self.reap()
         if self.need_retire():
-            await self.retire()
+            await self.retirement.retire()
             if self.live.state is WorkerState.retired:
                 self.show()
                 return
@@ -178,46 +179,6 @@ class LivenessSteps:
         live.draining = change.draining
         live.drain_reason = change.reason if change.draining else None
         workflow.logger.info("%s of %s (changed=%s): %s", verb, live.worker, changed, change.reason)
-
-    async def retire(self) -> None:
-        """Retire the worker (§5.1): tasks reaped and replaced, handle rows destroyed, the
-        worker out of the fleet. On success the liveness ends; a refusal is retried later."""
-        live, t = self.live, self.timings
-        req = live.retire_request
-        assert req is not None
-        result = await run_activity(
-            ReaperActivities.retire_worker,
-            RetireRequest(
-                worker=live.worker,
-                reason=req.reason,
-                actor=req.actor,
-                automatic=live.retire_automatic,
-                at=workflow.now(),
-                retire_after=t.retire_after,
-                dry_run=t.dry_run,
-            ),
-            summary=f"retire {live.worker}: {req.reason}",
-        )
-        for target in sorted({w for _, w in result.replacements}):
-            await request_resync(target)
-        done = result.refused in (None, "already retired") and not t.dry_run
-        if not done:
-            workflow.logger.warning(
-                "retirement of %s not done: %s", live.worker, result.refused or "dry run"
-            )
-            if live.retire_automatic:  # the clock asks again; a dry run only once a period
-                later = t.retire_after if t.dry_run else t.stall_after
-                live.retire_retry_at = result.retry_at or (
-                    workflow.now() + timedelta(seconds=later)
-                )
-            else:
-                live.retire_request = None
-            return
-        live.retire_request, live.reap_request, live.reap_forced = None, None, False
-        live.state, live.state_since = WorkerState.retired, workflow.now()
-        live.retired_boot_id = live.boot_id
-        live.unforwarded.clear()
-        workflow.logger.info("%s retired: %s", live.worker, req.reason)
 
     async def reap(self) -> None:
         """Run a ``WorkerReap`` child; a refused reap is retried later (rules 5 and 6)."""
