@@ -8,7 +8,7 @@ import asyncpg
 from temporalio import activity
 
 from activities.base import ActivityBase, write_events
-from activities.tasks import backfill, place_owed, take_down
+from activities.tasks import place_owed, replace_tasks
 from activities.types import FleetView, UpkeepResult
 from reaper.core.policy.fleet import HEALTHY, UNHEALTHY, FleetState, fleet_state
 
@@ -111,11 +111,13 @@ class FleetActivities(ActivityBase):
         placed: list[tuple[str, str]] = []
         for host in hosts:
             stop = "worker-retired" if host["state"] == "retired" else "worker-lost"
-            rows = await take_down(
-                conn, host["name"], stop, f"stray: task on a {host['state']} worker", "reaper"
-            )
-            more, _ = await backfill(
-                conn, [r["service"] for r in rows], f"stray on {host['name']}", "reaper"
+            _, more, _ = await replace_tasks(
+                conn,
+                host["name"],
+                stop,
+                f"stray: task on a {host['state']} worker",
+                "reaper",
+                f"stray on {host['name']}",
             )
             placed += more
         return placed

@@ -25,7 +25,7 @@ class LivenessActivities(ActivityBase):
     @activity.defn(name="load_timings")
     async def load_timings(self) -> Timings:
         """The durations and switches the workflows run with, from the controller's settings."""
-        return Timings(**self.settings.model_dump(include=set(Timings.model_fields)))
+        return Timings.of(self.settings)
 
     @activity.defn(name="record_worker_state")
     async def record_worker_state(self, change: WorkerStateChange) -> RecordResult:

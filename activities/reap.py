@@ -8,7 +8,7 @@ import asyncpg
 from temporalio import activity
 
 from activities.base import ActivityBase
-from activities.tasks import backfill, take_down
+from activities.tasks import replace_tasks
 from activities.types import ReapRequest
 from reaper.core.models import ReapResult
 from reaper.core.policy import fleet as fleet_policy
@@ -80,21 +80,17 @@ class ReapActivities(ActivityBase):
                 )
                 if retry_at is not None:
                     return ReapResult(refused="reap rate limit", retry_at=retry_at)
-            rows = await take_down(
-                conn, req.worker, "worker-lost", req.reason, req.actor, dry_run=req.dry_run
+            lost, placed, owed = await replace_tasks(
+                conn,
+                req.worker,
+                "worker-lost",
+                req.reason,
+                req.actor,
+                f"reap of {req.worker}",
+                dry_run=req.dry_run,
             )
             if not req.dry_run:
                 await conn.execute(
                     "UPDATE reaper.workers SET reaped_at = $2 WHERE name = $1", req.worker, req.at
                 )
-            lost = [r["id"] for r in rows]
-            services = [r["service"] for r in rows]
-            placed, owed = await backfill(
-                conn,
-                services,
-                f"reap of {req.worker}",
-                req.actor,
-                dry_run=req.dry_run,
-                assume_inactive=services if req.dry_run else (),
-            )
             return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

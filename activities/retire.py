@@ -6,7 +6,7 @@ from temporalio import activity
 
 from activities.base import ActivityBase, write_events
 from activities.fleet import refresh_fleet
-from activities.tasks import backfill, take_down
+from activities.tasks import replace_tasks
 from activities.types import RetireRequest
 from reaper.core.models import ReapResult
 from reaper.core.policy.fleet import may_retire
@@ -55,18 +55,14 @@ class RetireActivities(ActivityBase):
             if not verdict.allowed:
                 return ReapResult(refused=verdict.refused, retry_at=verdict.retry_at)
             why = f"retired: {req.reason}" if req.reason else "retired"
-            rows = await take_down(
-                conn, req.worker, "worker-retired", why, req.actor, dry_run=req.dry_run
-            )
-            services = [r["service"] for r in rows]
-            placed, owed = await backfill(
+            lost, placed, owed = await replace_tasks(
                 conn,
-                services,
-                f"retirement of {req.worker}",
+                req.worker,
+                "worker-retired",
+                why,
                 req.actor,
+                f"retirement of {req.worker}",
                 dry_run=req.dry_run,
-                assume_inactive=services if req.dry_run else (),
-                exclude=req.worker,
             )
             for kind, table in (("container", "reaper.containers"), ("volume", "reaper.volumes")):
                 verb = "SELECT handle FROM" if req.dry_run else "DELETE FROM"
@@ -105,4 +101,4 @@ class RetireActivities(ActivityBase):
                     req.at,
                 )
                 await refresh_fleet(conn, self.settings.disruption_threshold, req.at)
-            return ReapResult(lost_tasks=[r["id"] for r in rows], replacements=placed, owed=owed)
+            return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

@@ -161,6 +161,37 @@ async def take_down(
     return rows
 
 
+async def replace_tasks(
+    conn: asyncpg.Connection,
+    worker: str,
+    stop_reason: str,
+    reason: str,
+    actor: str | None,
+    backfill_reason: str,
+    *,
+    dry_run: bool = False,
+) -> tuple[list[str], list[tuple[str, str]], int]:
+    """Take a worker's running and pending tasks down (:func:`take_down`) and backfill their
+    services (:func:`backfill`), never onto that worker: what reaps, retirements and stray
+    reaping share.
+
+    Returns:
+        ``(task ids taken down, [(new_task_id, worker), ...] placed, owed count)``.
+    """
+    rows = await take_down(conn, worker, stop_reason, reason, actor, dry_run=dry_run)
+    services = [r["service"] for r in rows]
+    placed, owed = await backfill(
+        conn,
+        services,
+        backfill_reason,
+        actor,
+        dry_run=dry_run,
+        assume_inactive=services if dry_run else (),
+        exclude=worker,
+    )
+    return [r["id"] for r in rows], placed, owed
+
+
 async def place_owed(conn: asyncpg.Connection) -> list[tuple[str, str]]:
     """Place owed replacements (``pending``, no worker) on placeable workers, oldest first.
 

@@ -30,10 +30,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from reaper.core.policy import collection as policy
     from workflows.common import (
-        request_resync,
         run_activity,
         should_continue_as_new,
         signal_quietly,
+        tell_placed,
     )
 
 
@@ -206,8 +206,7 @@ class HandleCollector:
             return KindStatus(
                 missing=status.missing, orphans=status.orphans, next_due=max(status.next_due, later)
             )
-        for target in sorted({w for _, w in done.replacements}):
-            await request_resync(target)
+        await tell_placed(done.replacements)
         return KindStatus(
             missing=done.status.missing, next_due=done.status.next_due, orphans=status.orphans
         )

@@ -89,6 +89,12 @@ async def request_resync(worker: str) -> None:
     await signal_quietly(liveness_id(worker), "nudge", None)
 
 
+async def tell_placed(placed: list[tuple[str, str]]) -> None:
+    """Tell each worker that received tasks (``(task_id, worker)`` pairs) to pick them up."""
+    for worker in sorted({w for _, w in placed}):
+        await request_resync(worker)
+
+
 async def signal_quietly(workflow_id: str, name: str, arg: object) -> bool:
     """Signal another workflow; False (logged) if it does not exist or is closed.
 

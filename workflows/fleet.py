@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView
     from reaper.core.models import Timings
-    from workflows.common import request_resync, run_activity, should_continue_as_new
+    from workflows.common import run_activity, should_continue_as_new, tell_placed
 
 
 @workflow.defn(name="FleetMonitor")
@@ -62,8 +62,7 @@ class FleetMonitor:
                 workflow.now(),
                 summary="place owed work, reap strays",
             )
-            for target in sorted({w for _, w in upkeep.placed}):
-                await request_resync(target)
+            await tell_placed(upkeep.placed)
             if should_continue_as_new():
                 workflow.continue_as_new(timings)
             await workflow.sleep(

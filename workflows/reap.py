@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import ReapRequest
     from reaper.core.models import ReapInput, ReapResult
-    from workflows.common import request_resync, run_activity
+    from workflows.common import run_activity, tell_placed
 
 
 @workflow.defn(name="WorkerReap")
@@ -36,6 +36,5 @@ class WorkerReap:
             ),
             summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",
         )
-        for target in sorted({w for _, w in result.replacements}):
-            await request_resync(target)
+        await tell_placed(result.replacements)
         return result

@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import RetireRequest
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, Timings
-    from workflows.common import collector_id, request_resync, run_activity, signal_quietly
+    from workflows.common import collector_id, run_activity, signal_quietly, tell_placed
     from workflows.intake import ReportIntake
 
 
@@ -54,8 +54,7 @@ class Retirement:
             ),
             summary=f"retire {live.worker}: {req.reason}",
         )
-        for target in sorted({w for _, w in result.replacements}):
-            await request_resync(target)
+        await tell_placed(result.replacements)
         done = result.refused in (None, "already retired") and not t.dry_run
         if not done:
             workflow.logger.warning(

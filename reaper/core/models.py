@@ -10,6 +10,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reaper.core.config import Settings
 from reaper.core.contract import Kind, ReasonInput, WorkerState
 from reaper.core.policy.collection import coalesce
 
@@ -25,19 +26,25 @@ class LivenessInput(BaseModel):
 
 
 class Timings(BaseModel):
-    """The durations a workflow runs with, in seconds; copied from settings by the controller."""
+    """The durations (seconds) and switches a workflow runs with: a copy of the controller's
+    settings (:meth:`of`), which hold the one set of defaults (``reaper.core.config``)."""
 
-    heartbeat_interval: float = 10.0
-    stall_after: float = 30.0
-    lost_after: float = 300.0
-    missing_ttl: float = 300.0
-    creating_timeout: float = 3600.0
-    retire_after: float = 86400.0
-    resync_interval: float = 30.0
-    disruption_threshold: float = 0.55
-    dry_run: bool = False
-    max_drop_fraction: float = 0.5
-    suspect_min_handles: int = 10
+    heartbeat_interval: float
+    stall_after: float
+    lost_after: float
+    missing_ttl: float
+    creating_timeout: float
+    retire_after: float
+    resync_interval: float
+    disruption_threshold: float
+    dry_run: bool
+    max_drop_fraction: float
+    suspect_min_handles: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timings:
+        """The workflow timings of ``settings``."""
+        return cls(**settings.model_dump(include=set(cls.model_fields)))
 
 
 class KindStatus(BaseModel):

@@ -149,7 +149,7 @@ async def fleet_with(
         f = Fleet(env, pool, tq)
         try:
             if monitor:
-                timings = Timings(**settings.model_dump(include=set(Timings.model_fields)))
+                timings = Timings.of(settings)
                 await env.client.start_workflow(
                     FleetMonitor.run, timings, id=fleet_monitor_id(tq), task_queue=tq
                 )
