@@ -329,3 +329,23 @@ async def test_churn_keeps_reaping_dead_hosts_while_a_partition_still_halts_reap
         tasks = await task_states(fleet.pool)
         for h in silent:
             assert tasks[f"t-{h}"][1] == "running", f"{h} reaped during a partition"
+
+
+async def test_rule7_a_retired_workers_tasks_stay_reaped_when_it_registers_afresh(fleet):
+    a, b = fleet.name("a"), fleet.name("b")
+    await setup_service(fleet.pool, "web", {a: ["t-a"], b: []})
+    await fleet.beat(a, tasks=["t-a"])
+    await fleet.beat(b, tasks=[])
+    await signal(fleet, a, "retire", "reinstall")
+    await retired(fleet, a)
+    fleet.reboot(a)  # reinstalled, but its old task directory survived
+    await fleet.beat(a, tasks=["t-a"])
+    await eventually(
+        lambda: fleet.state(a), lambda s: "t-a" in s.orphans, what="t-a listed as an orphan"
+    )
+    tasks = await task_states(fleet.pool)
+    assert tasks["t-a"][1:3] == ("lost", "worker-retired")
+    replacement = await fleet.pool.fetchrow(
+        "SELECT worker, state FROM reaper.tasks WHERE replaces = 't-a'"
+    )
+    assert replacement["worker"] == b and replacement["state"] in ("pending", "running")
