@@ -7,6 +7,7 @@ from typing import Any
 
 from activities.collection import CollectionActivities
 from activities.fleet import FleetActivities
+from activities.keys import KeyActivities
 from activities.liveness import LivenessActivities
 from activities.reap import ReapActivities
 from activities.retire import RetireActivities
@@ -20,6 +21,7 @@ class ReaperActivities(
     RetireActivities,
     FleetActivities,
     StagingActivities,
+    KeyActivities,
 ):
     """Every activity, bound to one asyncpg pool and the controller's settings."""
 
@@ -37,4 +39,6 @@ class ReaperActivities(
             self.destroy_missing,
             self.reap_worker,
             self.stage_chunk,
+            self.load_agent_key,
+            self.pin_agent_key,
         ]

@@ -84,6 +84,14 @@ class LivenessActivities(ActivityBase):
                     change.last_heartbeat_at,
                     change.at,
                 )
+            # The evidence a forced reap needs: this liveness accepted an operator's force_reap.
+            await conn.execute(
+                "UPDATE reaper.workers SET force_reap_at = $3"
+                " WHERE name = $1 AND (force_reap_at IS NULL) = $2",
+                change.worker,
+                change.forced_reap,
+                change.at if change.forced_reap else None,
+            )
             if old_state != new_state:
                 reason = f"{old_state or 'new'} -> {new_state}"
                 if change.reason:

@@ -56,12 +56,17 @@ class ReapActivities(ActivityBase):
         Idempotent: a retry finds no running task left and each service already at its count.
         """
         async with self.pool.acquire() as conn, conn.transaction():
-            state = await conn.fetchval(
-                "SELECT state FROM reaper.workers WHERE name = $1 FOR UPDATE", req.worker
+            row = await conn.fetchrow(
+                "SELECT state, force_reap_at FROM reaper.workers WHERE name = $1 FOR UPDATE",
+                req.worker,
             )
+            state = row["state"] if row else None
+            # Forced only with the liveness's evidence: a WorkerReap that anyone else started
+            # with forced=true is judged as an automatic reap (CONTRACT.md §5.2).
+            forced = req.forced and row is not None and row["force_reap_at"] is not None
             fleet = await conn.fetchrow("SELECT state, recovered_at FROM reaper.fleet WHERE id = 1")
             verdict = fleet_policy.may_reap(
-                req.forced,
+                forced,
                 state,
                 fleet["state"],
                 fleet["recovered_at"],
@@ -74,7 +79,7 @@ class ReapActivities(ActivityBase):
                 if state is None:
                     refused = f"unknown worker {req.worker!r}"
                 return ReapResult(refused=refused, retry_at=verdict.retry_at)
-            if not req.forced:
+            if not forced:
                 retry_at = await take_reap_token(
                     conn, req.at, self.settings.reap_rate, self.settings.reap_burst
                 )

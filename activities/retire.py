@@ -15,6 +15,7 @@ _HOUSEKEEPING = (
     "DELETE FROM reaper.unknown_handles WHERE worker = $1",
     "DELETE FROM reaper.dry_marks WHERE worker = $1",
     "DELETE FROM reaper.report_chunks WHERE worker = $1",
+    "DELETE FROM reaper.agent_keys WHERE worker = $1",  # a pin ends with the worker (§5.2)
 )
 """What reaper itself keeps of a worker, dropped with it."""
 

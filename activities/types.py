@@ -24,6 +24,9 @@ class WorkerStateChange(BaseModel):
     returned_at: datetime | None = None
     """The worker's latest return after ``STALL_AFTER`` of silence (UTC), if any: its marks
     are cleared once per return, even a silence the liveness had no chance to judge."""
+    forced_reap: bool = False
+    """The worker is ``lost`` because an operator's ``force_reap`` was accepted: recorded as
+    ``workers.force_reap_at``, the evidence a forced reap needs (CONTRACT.md §5.2)."""
 
 
 class FleetView(BaseModel):
@@ -126,6 +129,13 @@ class DestroyResult(BaseModel):
     destroyed: list[str] = Field(default_factory=list)
     replacements: list[tuple[str, str]] = Field(default_factory=list)
     status: KindStatus = Field(default_factory=KindStatus)
+
+
+class PinRequest(BaseModel):
+    """Pin ``public_key`` (standard base64 Ed25519) for ``worker`` (CONTRACT.md §5.2)."""
+
+    worker: str
+    public_key: str
 
 
 class ReapRequest(BaseModel):

@@ -10,6 +10,7 @@ is a pure function of ``reaper.core.policy``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,14 +24,17 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import KINDS, Heartbeat, ReasonInput, StateView, WorkerState
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report
     from reaper.core.policy import liveness as policy
+    from reaper.core.policy.auth import AuthMode
     from reaper.core.protocol import report_digest
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.common import (
         collector_id,
         should_continue_as_new,
     )
+    from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
+    from workflows.view import state_view
 
 
 @workflow.defn(name="WorkerLiveness")
@@ -46,12 +50,26 @@ class WorkerLiveness:
         self.steps = LivenessSteps(self.live, self.intake)
         self.timer = DeadlineTimer()
         self.clock = LivenessClock(self.live)
+        self.gate = Gate(self.live)
+        self.early: list[tuple[Callable[[Any], None], Any]] | None = []
+        """Signals that arrived before this run loaded its settings (who may speak depends
+        on them, §5.2): handled, in order, once they are loaded; ``None`` from then on."""
+
+    def _later(self, handler: Callable[[Any], None], raw: Any) -> bool:
+        """Keep ``raw`` for ``handler`` if the settings are not loaded yet (True if kept)."""
+        if self.early is None:
+            return False
+        self.early.append((handler, raw))
+        return True
 
     # ---- signals: validate and record only; never raise, never block ------------------
 
     @workflow.signal(name="heartbeat")
     def heartbeat(self, raw: Any) -> None:
-        """A beat from the agent (CONTRACT.md §2). Malformed beats are logged and dropped."""
+        """A beat from the agent (CONTRACT.md §2). Malformed or unauthenticated beats (§5.2)
+        are logged and dropped."""
+        if self._later(self.heartbeat, raw):
+            return
         live = self.live
         beat = self._parse(Heartbeat, raw, "heartbeat")
         if beat is None:
@@ -67,6 +85,10 @@ class WorkerLiveness:
                 live.worker,
                 beat.boot_id,
             )
+            return
+        refused = self.gate.heartbeat(raw if isinstance(raw, dict) else {})
+        if refused is not None:
+            self._reject(f"heartbeat: {refused}")
             return
         verdict = policy.fence(
             live.boot_id, live.last_seq, live.previous_boot_ids, beat.boot_id, beat.seq
@@ -144,7 +166,7 @@ class WorkerLiveness:
     def force_reap(self, raw: Any) -> None:
         """Operator: reap this worker now (bypasses the disruption guard, rule 5)."""
         live = self.live
-        req = self._parse(ReasonInput, raw if raw is not None else {}, "force_reap")
+        req = self._operator_request("force_reap", self.force_reap, raw)
         if req is None:
             return
         if live.last_heartbeat_at is None:
@@ -166,7 +188,7 @@ class WorkerLiveness:
 
     def _set_draining(self, raw: Any, draining: bool) -> None:
         what = "drain" if draining else "undrain"
-        req = self._parse(ReasonInput, raw if raw is not None else {}, what)
+        req = self._operator_request(what, self.drain if draining else self.undrain, raw)
         if req is not None:
             self.steps.drain_change = DrainChange(
                 worker=self.live.worker, draining=draining, reason=req.reason, actor=req.actor
@@ -176,7 +198,7 @@ class WorkerLiveness:
     def retire(self, raw: Any) -> None:
         """Operator or agent: the worker leaves the fleet for good (§5.1), at once."""
         live = self.live
-        req = self._parse(ReasonInput, raw if raw is not None else {}, "retire")
+        req = self._operator_request("retire", self.retire, raw)
         if req is None:
             return
         if live.last_heartbeat_at is None or live.state is WorkerState.retired:
@@ -211,32 +233,7 @@ class WorkerLiveness:
     @workflow.query(name="state")
     def state(self) -> StateView:
         """Current view (CONTRACT.md §2 query ``state``)."""
-        live = self.live
-        missing = {k: st.missing for k, st in live.collected.items()}
-        return StateView(
-            worker=live.worker,
-            state=live.state.value,
-            boot_id=live.boot_id,
-            last_seq=live.last_seq if live.last_seq >= 0 else None,
-            last_heartbeat_at=live.last_heartbeat_at,
-            missing=sum(missing.values()),
-            assignments=list(live.assignments),
-            orphans=sorted({h for st in live.collected.values() for h in st.orphans}),
-            draining=live.draining,
-            state_since=live.state_since,
-            rejected=live.rejected,
-            last_rejection=live.last_rejection,
-            ignored=live.ignored,
-            missing_by_kind=missing,
-            pending_reports=self.intake.backlog(),
-            orphans_by_kind={k: list(st.orphans) for k, st in live.collected.items() if st.orphans},
-            report_digests={
-                k: r.digest
-                for k in KINDS
-                if (r := live.unforwarded.get(k) or live.last_reports.get(k))
-            },
-            forwarded_reports=live.forwarded,
-        )
+        return state_view(self.live, self.intake.backlog())
 
     # ---- the loop ------------------------------------------------------------------------
 
@@ -246,6 +243,16 @@ class WorkerLiveness:
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=timedelta(seconds=10)
         )
+        if live.timings.agent_auth is not AuthMode.off and live.agent_key is None:
+            live.agent_key = await workflow.execute_local_activity_method(
+                ReaperActivities.load_agent_key,
+                live.worker,
+                start_to_close_timeout=timedelta(seconds=10),
+            )
+            live.agent_key_recorded = live.agent_key is not None
+        early, self.early = self.early or [], None
+        for handler, raw in early:
+            handler(raw)
         workflow.set_current_details(
             f"Liveness of worker **{live.worker}**: stalled after {live.timings.stall_after:g}s, "
             f"lost after {live.timings.lost_after:g}s without a heartbeat; handle GC in "
@@ -285,6 +292,22 @@ class WorkerLiveness:
         self.live.rejected += 1
         self.live.last_rejection = reason
         workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason)
+
+    def _operator_request(
+        self, what: str, handler: Callable[[Any], None], raw: Any
+    ) -> ReasonInput | None:
+        """An operator signal's request, or ``None`` if it is kept for later, malformed, or
+        not authenticated (``required`` mode, §5.2); rejections are logged."""
+        if self._later(handler, raw):
+            return None
+        req: ReasonInput | None = self._parse(ReasonInput, raw if raw is not None else {}, what)
+        if req is None:
+            return None
+        refused = self.gate.operator(what, raw)
+        if refused is not None:
+            self._reject(refused)
+            return None
+        return req
 
     def _parse(self, model: type[Any], raw: Any, what: str) -> Any:
         """``raw`` validated as ``model``, or ``None`` (rejected, logged) if malformed."""

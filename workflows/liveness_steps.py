@@ -15,7 +15,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import DrainChange, WorkerStateChange
+    from activities.types import DrainChange, PinRequest, WorkerStateChange
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, ReapInput, ReapResult, Timings
     from reaper.core.policy.fleet import FleetState
@@ -65,10 +65,17 @@ class LivenessSteps:
             return False
         if live.recorded_state is not live.state or live.recorded_boot_id != live.boot_id:
             return True
+        if live.recorded_forced != (live.reap_forced and live.state is WorkerState.lost):
+            return True
         if live.state is WorkerState.running and live.recorded_return != live.returned_at:
             return True
         lag = live.last_heartbeat_at - (live.recorded_heartbeat_at or live.last_heartbeat_at)
         return lag.total_seconds() >= self.timings.stall_after / 2
+
+    def need_pin(self) -> bool:
+        """A key pinned by a beat and not yet written to ``reaper.agent_keys`` (§5.2)."""
+        live = self.live
+        return live.agent_key is not None and not live.agent_key_recorded
 
     def need_retire(self) -> bool:
         live = self.live
@@ -84,6 +91,7 @@ class LivenessSteps:
             live.reap_request is not None
             and live.reap_retry_at is None
             and live.recorded_state is WorkerState.lost
+            and live.recorded_forced == live.reap_forced
         )
 
     def need_forward(self) -> bool:
@@ -101,6 +109,7 @@ class LivenessSteps:
             or self.need_reap()
             or self.need_retire()
             or self.drain_change is not None
+            or self.need_pin()
             or self.need_forward()
             or bool(self.intake.chunks)
             or self.shown != self.attribute_values()
@@ -112,6 +121,8 @@ class LivenessSteps:
         judge()
         if self.need_record():
             await self.record_state()
+        if self.need_pin():
+            await self.record_pin()
         if self.drain_change is not None:
             await self.apply_drain()
         if self.need_reap():
@@ -153,10 +164,12 @@ class LivenessSteps:
                 reason=reason,
                 actor=actor,
                 returned_at=back,
+                forced_reap=live.reap_forced and state is WorkerState.lost,
             ),
             summary=f"{live.worker}: {what}",
         )
         live.recorded_state = state
+        live.recorded_forced = live.reap_forced and state is WorkerState.lost
         live.recorded_boot_id, live.recorded_heartbeat_at = live.boot_id, live.last_heartbeat_at
         if new_return:
             live.recorded_return = back
@@ -166,6 +179,22 @@ class LivenessSteps:
             # `state`, ReaperMissing) are 0 until the next report says otherwise.
             for status in live.collected.values():
                 status.missing, status.next_due = 0, None
+
+    async def record_pin(self) -> None:
+        """Write the pinned key; a key an operator enrolled first wins (§5.2)."""
+        live = self.live
+        assert live.agent_key is not None
+        stored = await run_activity(
+            ReaperActivities.pin_agent_key,
+            PinRequest(worker=live.worker, public_key=live.agent_key),
+            summary=f"pin the key of {live.worker}",
+        )
+        if stored != live.agent_key:
+            workflow.logger.warning(
+                "%s: a key enrolled in reaper.agent_keys wins over the one its beat carried",
+                live.worker,
+            )
+        live.agent_key, live.agent_key_recorded = stored, True
 
     async def apply_drain(self) -> None:
         """Set or clear ``workers.draining``: while set, nothing new is placed on the worker."""

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from reaper.core.policy.auth import AuthMode
+from reaper.core.signing import is_public_key
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -62,6 +66,23 @@ def parse_duration(value: Any) -> float:
 Seconds = Annotated[float, BeforeValidator(parse_duration)]
 
 
+def parse_keys(value: Any) -> tuple[str, ...]:
+    """Ed25519 public keys from a string separated by commas or whitespace, or a sequence.
+
+    Raises:
+        ValueError: an entry is not standard base64 of 32 bytes.
+    """
+    items = re.split(r"[,\s]+", value) if isinstance(value, str) else list(value or ())
+    keys = tuple(k.strip() for k in items if isinstance(k, str) and k.strip())
+    for key in keys:
+        if not is_public_key(key):
+            raise ValueError(
+                f"{key[:16]!r}... is not an Ed25519 public key (standard base64 of 32 bytes; "
+                "`reaper keygen` prints one)"
+            )
+    return keys
+
+
 class ConfigError(Exception):
     """A configuration that the controller refuses to start with; the message names the variable."""
 
@@ -90,6 +111,16 @@ class Settings(BaseSettings):
     retire_after: Seconds = 86400.0
     """A worker ``lost`` this long, its reap done, is retired automatically (CONTRACT.md
     §5.1; Nomad's ``node_gc_threshold`` is 24 h); at least ``lost_after``."""
+    agent_auth: AuthMode = AuthMode.pin
+    """``REAPER_AGENT_AUTH`` (CONTRACT.md §5.2): ``off`` (v1), ``pin`` (a worker's first signed
+    heartbeat pins its key) or ``required`` (unsigned heartbeats and operator signals are
+    rejected)."""
+    operator_keys: Annotated[tuple[str, ...], NoDecode, BeforeValidator(parse_keys)] = ()
+    """``REAPER_OPERATOR_KEYS``: operators' Ed25519 public keys (standard base64 of 32 bytes),
+    separated by commas or whitespace; they sign operator signals in ``required`` mode."""
+    operator_keys_file: str | None = None
+    """``REAPER_OPERATOR_KEYS_FILE``: a file of further operator public keys, one per line
+    (``#`` comments allowed), for secrets mounted as files (Compose, Kubernetes)."""
     # Beyond the contract (project's own design):
     resync_interval: Seconds = 30.0
     """An unchanged report is still diffed against the database this often, so rows the
@@ -149,6 +180,20 @@ class Settings(BaseSettings):
             )
         if self.reap_rate <= 0:
             raise ValueError(f"REAPER_REAP_RATE must be greater than 0, got {self.reap_rate:g}")
+        if self.operator_keys_file:
+            try:
+                text = Path(self.operator_keys_file).read_text()
+            except OSError as exc:
+                raise ValueError(
+                    f"REAPER_OPERATOR_KEYS_FILE: cannot read {self.operator_keys_file}: "
+                    f"{exc.strerror}"
+                ) from None
+            lines = [line.split("#", 1)[0] for line in text.splitlines()]
+            try:
+                extra = parse_keys(" ".join(lines))
+            except ValueError as exc:
+                raise ValueError(f"REAPER_OPERATOR_KEYS_FILE: {exc}") from None
+            self.operator_keys = tuple(dict.fromkeys(self.operator_keys + extra))
         if self.reap_burst < 1:
             raise ValueError(f"REAPER_REAP_BURST must be at least 1, got {self.reap_burst}")
         return self

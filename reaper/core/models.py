@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reaper.core.config import Settings
 from reaper.core.contract import Kind, ReasonInput, WorkerState
+from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.collection import coalesce
 
 
@@ -40,6 +41,10 @@ class Timings(BaseModel):
     dry_run: bool
     max_drop_fraction: float
     suspect_min_handles: int
+    # Absent from histories recorded before CONTRACT.md §5.2: those replay as v1 ("off").
+    agent_auth: AuthMode = AuthMode.off
+    operator_keys: tuple[str, ...] = ()
+    """Operators' public keys (never a secret: public keys may appear in history)."""
 
     @classmethod
     def of(cls, settings: Settings) -> Timings:
@@ -147,6 +152,8 @@ class LivenessState(BaseModel):
     reap_request: ReasonInput | None = None
     """A reap to run (the worker is lost, or an operator forced it), until it is done."""
     reap_forced: bool = False
+    recorded_forced: bool = False
+    """``reap_forced`` as last written (``workers.force_reap_at``): a forced reap waits for it."""
     reap_retry_at: datetime | None = None
     # -- reports (workflows.intake) --
     unforwarded: dict[str, Report] = Field(default_factory=dict)
@@ -168,6 +175,14 @@ class LivenessState(BaseModel):
     assignments: list[str] = Field(default_factory=list)
     rejected: int = 0
     last_rejection: str | None = None
+    # -- who may speak for the worker (CONTRACT.md §5.2, policy.auth) --
+    agent_key: str | None = None
+    """The worker's pinned Ed25519 public key (learned from its first signed beat, or
+    enrolled by an operator); public, so it may be in history."""
+    agent_key_recorded: bool = False
+    """``agent_key`` is written to ``reaper.agent_keys``."""
+    used_signatures: dict[str, datetime] = Field(default_factory=dict)
+    """Signatures of operator signals that acted -> their ``signed_at``: a replay is refused."""
     ignored: int = 0
     """Well-formed beats dropped by the fence (duplicate, late, or from an older boot)."""
 

@@ -1,0 +1,101 @@
+"""Who may speak for a worker (CONTRACT.md §5.2), applied in the liveness's signal handlers.
+
+:class:`Gate` checks a heartbeat's or an operator signal's Ed25519 signature
+(``reaper.core.signing``) and applies ``reaper.core.policy.auth``. Everything it reads is in
+workflow history or in the workflow's state: the mode and the operator keys come with the
+``load_timings`` result, the pin with the liveness's state (and ``load_agent_key`` at the
+start of a run). No secret is involved: only public keys and signatures, so replaying an
+old history gives the same verdicts whatever the controller's settings are today.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from reaper.core import signing
+    from reaper.core.models import LivenessState
+    from reaper.core.policy import auth
+    from reaper.core.policy.auth import AuthMode, Signer
+
+
+def _mode(live: LivenessState) -> AuthMode:
+    return live.timings.agent_auth if live.timings is not None else AuthMode.off
+
+
+def _utc(value: Any) -> datetime | None:
+    """An ISO-8601 time with an offset, or ``None`` (a naive or unreadable one)."""
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
+
+
+class Gate:
+    """Authenticates what arrives at one liveness, before any other rule looks at it.
+
+    Args:
+        live: the liveness's state (its timings, pin and used signatures are read and kept).
+    """
+
+    def __init__(self, live: LivenessState) -> None:
+        self.live = live
+
+    def heartbeat(self, raw: dict[str, Any]) -> str | None:
+        """Why this heartbeat may not speak for the worker, or ``None`` (accepted).
+
+        An accepted first signed beat pins its key (``live.agent_key``; the loop writes it
+        to ``reaper.agent_keys``). Called with the raw JSON object, before parsing rules on
+        ``boot_id`` and ``seq`` (a rejected beat advances nothing).
+        """
+        live = self.live
+        mode = _mode(live)
+        if mode is AuthMode.off:
+            return None
+        carries = signing.KEY_FIELD in raw or signing.SIG_FIELD in raw
+        key = raw.get(signing.KEY_FIELD)
+        key = key if isinstance(key, str) else None
+        valid = carries and key is not None and signing.verify(raw, key)
+        verdict = auth.judge_beat(mode, live.agent_key, carries, key, valid)
+        if verdict.accepted and verdict.pin is not None:
+            live.agent_key, live.agent_key_recorded = verdict.pin, False
+            workflow.logger.info("pinned the key of %s: %s", live.worker, verdict.pin)
+        return verdict.reason
+
+    def operator(self, signal: str, raw: Any) -> str | None:
+        """Why this operator signal may not act, or ``None``; a signature that acts is
+        remembered so that its replay is refused."""
+        live = self.live
+        mode = _mode(live)
+        if mode is not AuthMode.required:
+            return None
+        if not isinstance(raw, dict):
+            return f"{signal}: not a JSON object"
+        now = workflow.now()
+        who: Signer | None = None
+        if signing.signer(raw, live.timings.operator_keys if live.timings else ()) is not None:
+            who = Signer.operator
+        elif live.agent_key is not None and signing.verify(raw, live.agent_key):
+            who = Signer.worker
+        sig = raw.get(signing.SIG_FIELD)
+        live.used_signatures = auth.prune_used(live.used_signatures, now)
+        signed_at = _utc(raw.get(signing.SIGNED_AT_FIELD))
+        reason = auth.judge_operator_signal(
+            mode,
+            signal,
+            live.worker,
+            raw.get("worker"),
+            signed_at,
+            now,
+            who,
+            isinstance(sig, str) and sig in live.used_signatures,
+        )
+        if reason is None and isinstance(sig, str) and signed_at is not None:
+            live.used_signatures[sig] = signed_at
+        return reason
