@@ -21,7 +21,14 @@ with workflow.unsafe.imports_passed_through():
 
     from activities import ReaperActivities
     from activities.types import DrainChange
-    from reaper.core.contract import KINDS, Heartbeat, ReasonInput, StateView, WorkerState
+    from reaper.core.contract import (
+        KINDS,
+        Heartbeat,
+        ReasonInput,
+        StateView,
+        WorkerState,
+        liveness_id,
+    )
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report
     from reaper.core.policy import liveness as policy
     from reaper.core.policy.auth import AuthMode
@@ -240,6 +247,13 @@ class WorkerLiveness:
     @workflow.run
     async def run(self, inp: LivenessInput) -> None:
         live = self.live
+        if workflow.info().workflow_id != liveness_id(live.worker):
+            # Started by someone else under another id: it would speak for a worker whose
+            # liveness it is not (§5.2). It does nothing.
+            workflow.logger.warning(
+                "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
+            )
+            return
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=timedelta(seconds=10)
         )

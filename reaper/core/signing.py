@@ -29,6 +29,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 KEY_FIELD = "agent_key"
 SIG_FIELD = "sig"
 SIGNED_AT_FIELD = "signed_at"
+SIGNAL_FIELD = "signal"
+"""Optional member of a signed operator signal naming the signal it is for (reaper's CLI
+always sets it; CONTRACT.md §5.2 is silent, so a signature without it is accepted too)."""
 PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
@@ -174,9 +177,18 @@ def sign_heartbeat(beat: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, An
 
 
 def sign_operator_signal(
-    payload: dict[str, Any], worker: str, key: Ed25519PrivateKey, now: datetime | None = None
+    payload: dict[str, Any],
+    worker: str,
+    key: Ed25519PrivateKey,
+    now: datetime | None = None,
+    signal: str | None = None,
 ) -> dict[str, Any]:
     """An operator signal (``force_reap``, ``drain``, ``undrain``, ``retire``) signed for
-    ``worker`` at ``now`` (UTC; default the current time), as §5.2 ``required`` mode wants."""
-    at = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return sign({**payload, "worker": worker, SIGNED_AT_FIELD: at}, key)
+    ``worker`` at ``now`` (UTC, millisecond precision; default the current time), as §5.2
+    ``required`` mode wants. With ``signal``, the object also names the signal it is for
+    (member ``signal``), so the signature cannot be replayed as another signal."""
+    at = (now or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="milliseconds")
+    body = {**payload, "worker": worker, SIGNED_AT_FIELD: at.replace("+00:00", "Z")}
+    if signal is not None:
+        body[SIGNAL_FIELD] = signal
+    return sign(body, key)

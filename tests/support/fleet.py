@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from reaper.core.contract import StateView
 from reaper.core.models import Timings
+from reaper.core.signing import Ed25519PrivateKey, sign_heartbeat
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state, reports_reconciled, send
 from tests.support.polling import eventually
@@ -40,6 +41,8 @@ class Fleet:
         self.boot: dict[str, str] = {}
         self.suffix = uuid.uuid4().hex[:6]
         self.names: list[str] = []
+        self.keys: dict[str, Ed25519PrivateKey] = {}
+        """Workers whose beats are signed (CONTRACT.md §5.2), by their agent's key."""
         self.extra_ids: list[str] = []
         """Other workflows of this test, terminated with it (the fleet monitor)."""
 
@@ -78,6 +81,8 @@ class Fleet:
             "sent_at": "2026-11-30T10:00:00Z",
             **reports,
         }
+        if worker in self.keys:
+            payload = sign_heartbeat(payload, self.keys[worker])
         await send(self.client, self.tq, payload)
         await eventually(
             lambda: query_state(self.client, worker),

@@ -92,6 +92,7 @@ def judge_operator_signal(
     now: datetime,
     signer: Signer | None,
     replayed: bool,
+    named: object = None,
 ) -> str | None:
     """Why an operator signal is rejected, or ``None`` if it may act (CONTRACT.md §5.2).
 
@@ -104,11 +105,14 @@ def judge_operator_signal(
         now: the controller's clock (UTC).
         signer: whose key made its valid signature, ``None`` for none.
         replayed: the same signature acted before.
+        named: the signal's ``signal`` member, if any: the signal it was signed for.
     """
     if mode is not AuthMode.required:
         return None
     if signer is None:
         return f"{signal}: not signed by an operator key (REAPER_AGENT_AUTH=required)"
+    if named is not None and named != signal:
+        return f"{signal}: signed for signal {named!r}"
     if worker != target:
         return f"{signal}: signed for worker {worker!r}, not {target!r}"
     if signed_at is None or abs(now - signed_at) > timedelta(seconds=SIGNAL_WINDOW_S):
