@@ -1,0 +1,140 @@
+"""The operator and agent guides stay true to the code (static; the worked example of the
+agent guide is run by test_agent_protocol_doc.py).
+
+Every setting (Settings fields and the contract's variables) is documented with its real
+default; the alert runbook anchors exist; every ``reaper`` command and flag the guides use
+exists; internal links resolve; the README links both guides right after its two commands.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import typer.main
+
+from reaper.cli.app import app
+from reaper.core.config import Settings, parse_duration
+from tests.support.compose import contract_variables
+from tests.support.paths import ROOT
+
+OPERATOR = ROOT / "docs" / "operator-guide.md"
+AGENT = ROOT / "docs" / "agent-protocol.md"
+GUIDES = (OPERATOR, AGENT)
+RUNBOOKS = (
+    "runbook-lost-worker",
+    "runbook-fleet-disruption",
+    "runbook-owed-replacements",
+    "runbook-rejected-heartbeats",
+    "runbook-controller-down",
+    "runbook-forced-reap",
+    "runbook-retirement",
+)
+"""The anchors the alert rules link to (deploy/prometheus/alerts.yml)."""
+_ROW = re.compile(r"^\| `(REAPER_[A-Z0-9_]+)` \| ([^|]*) \|", re.MULTILINE)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    headings = {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)}
+    return headings | set(re.findall(r'<a id="([^"]+)"></a>', text))
+
+
+def code(text: str) -> list[str]:
+    """The fenced blocks' lines and the inline code spans of a Markdown text."""
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, re.DOTALL | re.MULTILINE)
+    prose = re.sub(r"^```[a-z]*\n.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+    spans = re.findall(r"`([^`]+)`", prose.replace("\n", " "))
+    return [line for block in blocks for line in block.splitlines()] + spans
+
+
+def documented_defaults() -> dict[str, str]:
+    return {name: default.strip() for name, default in _ROW.findall(OPERATOR.read_text("utf-8"))}
+
+
+def test_every_setting_is_documented() -> None:
+    documented = documented_defaults()
+    fields = {f"REAPER_{name.upper()}" for name in Settings.model_fields}
+    missing = (fields | set(contract_variables())) - set(documented)
+    assert not missing, f"not in docs/operator-guide.md: {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_documented_default_is_the_real_default(name: str) -> None:
+    documented = documented_defaults()[f"REAPER_{name.upper()}"]
+    field = Settings.model_fields[name]
+    value = re.fullmatch(r"`([^`]*)`", documented)
+    if field.default is None:
+        assert value is None, f"{name}: documented {documented}, the default is unset"
+        return
+    assert value, f"{name}: the default {field.default!r} is not shown as `value`"
+    if isinstance(field.default, bool):
+        assert value.group(1) == str(field.default).lower(), name
+    elif isinstance(field.default, (int, float)):
+        assert parse_duration(value.group(1)) == float(field.default), name
+    else:
+        assert value.group(1) == field.default, name
+
+
+def test_documented_defaults_agree_with_the_contract() -> None:
+    documented = documented_defaults()
+    for name, default in contract_variables().items():
+        if default is not None:
+            assert documented[name] == f"`{default}`", name
+
+
+def test_runbook_anchors_exist() -> None:
+    text = OPERATOR.read_text(encoding="utf-8")
+    for anchor in RUNBOOKS:
+        assert f'<a id="{anchor}"></a>' in text, anchor
+        assert anchor in {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.name)
+def test_links_resolve(guide: Path) -> None:
+    text = guide.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        doc = (guide.parent / path).resolve() if path else guide
+        assert doc.exists(), f"{guide.name}: {target}"
+        if anchor:
+            assert anchor in anchors(doc.read_text(encoding="utf-8")), f"{guide.name}: {target}"
+
+
+@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.name)
+def test_reaper_commands_and_flags_exist(guide: Path) -> None:
+    cli = typer.main.get_command(app)
+    commands = cli.commands  # type: ignore[attr-defined]
+    uses = 0
+    # `reaper CMD ...` in inline code and code blocks, up to the end of that command.
+    for snippet in code(guide.read_text(encoding="utf-8")):
+        for match in re.finditer(r"(?:^|[\s(])reaper ([a-z][a-z-]*)([^|;&#]*)", snippet):
+            name, rest = match.groups()
+            assert name in commands, f"{guide.name}: `reaper {name}` is not a command"
+            options = {"--help"} | {opt for p in commands[name].params for opt in p.opts}
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-v)\b", rest):
+                assert flag in options, f"{guide.name}: `reaper {name}` has no {flag}"
+            uses += 1
+    assert uses >= (10 if guide == OPERATOR else 2)
+
+
+def test_readme_links_the_guides_after_its_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_block = re.search(r"```sh\n(.*?)```", readme, re.DOTALL)
+    assert first_block
+    assert [line.split()[:2] for line in first_block.group(1).splitlines()] == [
+        ["make", "run"],
+        ["make", "test"],
+    ]
+    docs = readme.index("## Documentation")
+    assert first_block.end() < docs < readme.index("## What reaper is")
+    section = readme[docs : readme.index("## What reaper is")]
+    assert "(docs/operator-guide.md)" in section and "(docs/agent-protocol.md)" in section
