@@ -8,6 +8,7 @@ deployment runs the old code): ``REAPER_RECORD_HISTORIES=1 pytest tests/workflow
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from reaper.core.contract import liveness_id
 from tests.support.scheduler import insert, setup_service
 from workflows import ALL_WORKFLOWS
 
@@ -53,7 +55,13 @@ async def test_record_histories(fleet):
 @pytest.mark.parametrize("name", ["liveness", "collector", "reap"])
 async def test_stored_history_replays_on_current_code(name):
     path = HISTORIES / f"{name}.json"
-    history = WorkflowHistory.from_json(f"stored-{name}", path.read_text())
+    raw = path.read_text()
+    # The liveness checks that it runs under its own id (liveness-{worker}): replay it so.
+    start = WorkflowHistory.from_json("x", raw).events[0]
+    payload = start.workflow_execution_started_event_attributes.input.payloads[0]
+    worker = json.loads(payload.data).get("worker", "")
+    wid = liveness_id(worker) if name == "liveness" else f"stored-{name}"
+    history = WorkflowHistory.from_json(wid, raw)
     replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
