@@ -8,17 +8,27 @@ untouched.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 import asyncpg
 from temporalio import activity
 
 from activities import collection_sql as sql
+from activities import sealing
 from activities.base import EVENT_KIND, ActivityBase, unique, write_events
 from activities.tasks import backfill
-from activities.types import DestroyInput, DestroyResult, ReconcileInput, ReconcileResult
+from activities.types import (
+    DestroyInput,
+    DestroyResult,
+    ReconcileInput,
+    ReconcileResult,
+    SealedReport,
+)
 from reaper.core.models import KindStatus
 from reaper.core.policy import collection as policy
+
+log = logging.getLogger("reaper.collection")
 
 
 class _TooMany(Exception):
@@ -44,6 +54,32 @@ async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
     return True
 
 
+def _unsealed(
+    worker: str,
+    kind: str,
+    r: SealedReport | None,
+    handles: list[str] | None,
+    taken_at: datetime | None,
+) -> str | None:
+    """Why a report may not be acted on (not sealed by this worker's liveness), or ``None``."""
+    if r is None or taken_at != r.taken_at:
+        return "unsealed report: not forwarded by the worker's liveness"
+    if not sealing.is_sealed(
+        r.seal,
+        worker,
+        kind,
+        r.digest,
+        r.taken_at,
+        r.boot_id,
+        r.staged_id,
+        r.restart_all,
+        r.also_seen,
+        handles,
+    ):
+        return "bad seal: not forwarded by the worker's liveness"
+    return None
+
+
 class CollectionActivities(ActivityBase):
     """Activities called by ``HandleCollector`` (one collector per worker, ``gc-{worker}``)."""
 
@@ -65,6 +101,17 @@ class CollectionActivities(ActivityBase):
             inp: ``handles`` is the complete list; ``taken_at`` the controller's UTC receive
                 time, which becomes ``missing_since`` of rows newly marked.
         """
+        unsealed = _unsealed(inp.worker, inp.kind, inp.report, inp.handles, inp.taken_at)
+        r = inp.report
+        if r is not None and (r.staged_id, r.restart_all, r.also_seen) != (
+            inp.staged_id,
+            inp.restart_all,
+            inp.also_seen,
+        ):
+            unsealed = "bad seal: the report differs from the one sealed"
+        if unsealed is not None:
+            log.warning("report for %s %s refused: %s", inp.worker, inp.kind, unsealed)
+            return ReconcileResult(skipped=unsealed)
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
         store = sql.DRY if dry else sql.ROWS
         async with self.pool.acquire() as conn, conn.transaction():
@@ -174,6 +221,16 @@ class CollectionActivities(ActivityBase):
         report since ``missing_since``, including the latest, lacked the handle (rule 4).
         """
         kind = inp.kind
+        r = inp.report
+        unsealed = _unsealed(inp.worker, kind, r, None, r.taken_at if r else None)
+        if unsealed is None and r is not None:
+            if inp.missing_ttl < self.settings.missing_ttl:
+                unsealed = f"MISSING_TTL {inp.missing_ttl:g}s is below the controller's"
+            elif inp.cutoff > policy.destroy_cutoff(r.taken_at, inp.missing_ttl):
+                unsealed = "cutoff later than the report's taken_at - MISSING_TTL"
+        if unsealed is not None:
+            log.warning("destroy for %s %s refused: %s", inp.worker, kind, unsealed)
+            return DestroyResult(refused=unsealed)
         async with self.pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, inp.worker)
             fleet = await conn.fetchval(sql.FLEET_STATE)

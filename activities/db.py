@@ -14,6 +14,8 @@ from importlib import resources
 
 import asyncpg
 
+from activities.sealing import load_secret
+
 log = logging.getLogger("reaper.db")
 
 MIGRATION_LOCK = 0x7265_6170  # "reap": advisory lock key held while migrating
@@ -63,7 +65,8 @@ def _migrations() -> list[tuple[int, str, str]]:
 
 
 async def migrate(pool: asyncpg.Pool) -> list[str]:
-    """Apply pending migrations; returns the names applied (empty when up to date)."""
+    """Apply pending migrations, then load the controller's secret into this process
+    (``activities.sealing``); returns the names applied (empty when up to date)."""
     applied: list[str] = []
     async with pool.acquire() as conn:
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
@@ -92,4 +95,5 @@ async def migrate(pool: asyncpg.Pool) -> list[str]:
                 log.info("applied migration %s", name)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    await load_secret(pool)
     return applied

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from reaper.core.contract import Kind, WorkerState
-from reaper.core.models import KindStatus
+from reaper.core.models import KindStatus, Report
 
 
 class WorkerStateChange(BaseModel):
@@ -83,6 +83,23 @@ class DrainChange(BaseModel):
     actor: str = "operator"
 
 
+class SealedReport(BaseModel):
+    """The fields of a forwarded report that its seal covers (``activities.sealing``)."""
+
+    digest: str
+    taken_at: datetime
+    boot_id: str
+    staged_id: str | None = None
+    restart_all: bool = False
+    also_seen: list[str] = Field(default_factory=list)
+    seal: str = ""
+
+    @classmethod
+    def of(cls, report: Report) -> SealedReport:
+        """The sealed fields of ``report``."""
+        return cls(**report.model_dump(include=set(cls.model_fields)))
+
+
 class ReconcileInput(BaseModel):
     """Diff one complete report of ``kind`` against the rows of ``worker``."""
 
@@ -101,6 +118,8 @@ class ReconcileInput(BaseModel):
     """Skip the mass-drop check: a second report confirmed it, or the worker rebooted."""
     max_drop_fraction: float = 0.5
     suspect_min_handles: int = 10
+    report: SealedReport | None = None
+    """What the seal covers (``handles`` aside); without a valid seal nothing is done."""
 
 
 class ReconcileResult(BaseModel):
@@ -122,6 +141,9 @@ class DestroyInput(BaseModel):
     cutoff: datetime
     missing_ttl: float
     dry_run: bool = False
+    report: SealedReport | None = None
+    """The report whose evidence makes rows due; ``cutoff`` must follow from its
+    ``taken_at`` and ``missing_ttl``, and it must be sealed."""
 
 
 class DestroyResult(BaseModel):

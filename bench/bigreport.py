@@ -18,12 +18,13 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from activities import ReaperActivities
+from activities import ReaperActivities, sealing
 from activities.db import migrate
-from activities.types import ReconcileInput
+from activities.types import ReconcileInput, SealedReport
 from bench.env import BenchEnv
 from bench.result import Metric, verdict
 from reaper.core.config import Settings
+from reaper.core.protocol import report_digest
 
 WORKER = "big-1"
 ANTI_JOIN = (
@@ -91,8 +92,16 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
             worker=WORKER,
             kind="containers",
             handles=report,
-            taken_at=datetime.now(UTC),
+            taken_at=(taken_at := datetime.now(UTC)),
             missing_ttl=300.0,
+            report=SealedReport(
+                digest=report_digest(report),
+                taken_at=taken_at,
+                boot_id="bench",
+                seal=sealing.seal(
+                    WORKER, "containers", report_digest(report), taken_at, "bench", None, False, []
+                ),
+            ),
         )
 
         async def reset() -> None:

@@ -18,7 +18,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import DestroyInput, ReconcileInput
+    from activities.types import DestroyInput, ReconcileInput, SealedReport
     from reaper.core.contract import KINDS, liveness_id
     from reaper.core.models import (
         CollectorInput,
@@ -156,6 +156,7 @@ class HandleCollector:
                 confirmed=confirmed,
                 max_drop_fraction=t.max_drop_fraction,
                 suspect_min_handles=t.suspect_min_handles,
+                report=SealedReport.of(r),
             ),
             summary=(
                 f"reconcile staged {r.kind} report {r.staged_id}"
@@ -194,6 +195,7 @@ class HandleCollector:
                 cutoff=policy.destroy_cutoff(r.taken_at, t.missing_ttl),
                 missing_ttl=t.missing_ttl,
                 dry_run=t.dry_run,
+                report=SealedReport.of(r),
             ),
             summary=f"destroy {r.kind} missing for {t.missing_ttl:g}s",
         )

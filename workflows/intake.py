@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import ReaperActivities
+    from activities import ReaperActivities, sealing
     from activities.types import StageChunk
     from reaper.core.contract import KINDS, ReportChunk
     from reaper.core.models import CollectorInput, LivenessState, Report, Staging, supersede
@@ -214,6 +214,7 @@ class ReportIntake:
             )
         if not reports:
             return
+        reports = [self._sealed(r) for r in reports]
         live.forwarded += len(reports)
         for report in reports:
             live.forwarded_digest[report.kind] = report.digest
@@ -232,6 +233,20 @@ class ReportIntake:
                 "collector of %s unreachable (%s); restarting it", live.worker, exc
             )
             await self._start_collector(reports)
+
+    def _sealed(self, r: Report) -> Report:
+        """``r`` with the seal its collector checks before acting on it (§5.2)."""
+        mark = sealing.seal(
+            self.live.worker,
+            r.kind,
+            r.digest,
+            r.taken_at,
+            r.boot_id,
+            r.staged_id,
+            r.restart_all,
+            r.also_seen,
+        )
+        return r.model_copy(update={"seal": mark})
 
     async def _start_collector(self, reports: list[Report]) -> None:
         live = self.live

@@ -76,6 +76,8 @@ class Report(BaseModel):
     also_seen: list[str] = Field(default_factory=list)
     """Handles present in earlier reports that this one superseded before they were
     reconciled: each was seen after any mark it had, so its ``missing_since`` restarts."""
+    seal: str = ""
+    """The liveness's seal (``activities.sealing``): the collector acts only on sealed reports."""
     restart_all: bool = False
     """A superseded report was staged (its handles are not at hand): restart every mark of
     this kind, the safe side of ``also_seen``."""

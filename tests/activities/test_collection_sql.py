@@ -21,6 +21,8 @@ from reaper.core.contract import WorkerState
 from reaper.core.policy.collection import RowVerdict, may_destroy, report_decides, row_verdict
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+from tests.support.sealed import sealed  # noqa: E402
+
 TTL = 300.0
 CASES = 120
 KIND_STATES = {
@@ -128,6 +130,9 @@ async def test_reconcile_sql_agrees_with_row_verdict(pool: asyncpg.Pool) -> None
                 missing_ttl=TTL,
                 creating_timeout=10**7,
                 confirmed=True,
+                report=sealed(
+                    c.worker, c.kind, [r.handle for r in c.rows if r.in_report], c.taken_at
+                ),
             )
         )
         after = await marks(pool, c)
@@ -166,6 +171,7 @@ async def test_destroy_sql_agrees_with_may_destroy(pool: asyncpg.Pool) -> None:
                 kind=c.kind,
                 cutoff=c.taken_at - timedelta(seconds=TTL),
                 missing_ttl=TTL,
+                report=sealed(c.worker, c.kind, [], c.taken_at),
             )
         )
         after = await marks(pool, c)

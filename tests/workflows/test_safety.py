@@ -21,6 +21,7 @@ from tests.support.fleet import fleet_with
 from tests.support.heartbeats import send
 from tests.support.polling import eventually
 from tests.support.scheduler import insert, rows, setup_service, task_states
+from tests.support.sealed import sealed
 
 TTL = 300
 LOST = 300
@@ -211,7 +212,11 @@ async def test_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool
         )
         now = datetime.now(UTC)
         for name, state in ((other, WorkerState.running), (w, WorkerState.lost)):
-            await acts.record_worker_state(WorkerStateChange(worker=name, state=state, at=now))
+            await acts.record_worker_state(
+                WorkerStateChange(
+                    worker=name, state=state, at=now, forced_reap=state is WorkerState.lost
+                )
+            )
         reap = acts.reap_worker(
             ReapRequest(
                 worker=w, reason="lost", actor="reaper", forced=True, lost_after=300, at=now
@@ -231,6 +236,7 @@ async def test_heartbeat_in_the_middle_of_a_reap_leaves_no_task_half_reaped(pool
                     handles=ids,
                     taken_at=now + timedelta(seconds=1),
                     missing_ttl=300,
+                    report=sealed(w, "tasks", ids, now + timedelta(seconds=1)),
                 )
             )
 

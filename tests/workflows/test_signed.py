@@ -14,7 +14,8 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from reaper.core.models import ReapInput
+from reaper.core.models import ReapInput, Report
+from reaper.core.protocol import report_digest
 from reaper.core.signing import (
     new_private_key,
     public_key_text,
@@ -26,7 +27,7 @@ from tests.support.fleet import Fleet, fleet_with
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 from tests.support.scheduler import insert, rows, setup_service, task_states
-from workflows.common import liveness_id
+from workflows.common import collector_id, liveness_id
 from workflows.reap import WorkerReap
 
 TTL = 300
@@ -286,3 +287,33 @@ def test_signature_covers_every_member():
         changed[member] = ["x"] if member == "tasks" else 7 if member == "seq" else "z"
         assert not verify(changed, beat["agent_key"]), member
     assert verify(sign(dict(beat), key), beat["agent_key"])
+
+
+async def test_a_report_an_outsider_signals_to_the_collector_marks_nothing(fleet):
+    w = fleet.name("w")
+    held = ["c-1", "c-2", "c-3"]
+    await insert(fleet.pool, "containers", w, held)
+    await fleet.beat(w, containers=held)
+    gc = fleet.client.get_workflow_handle(collector_id(w))
+    before = await gc.query("processed", result_type=int)
+    now = await fleet.env.get_current_time()
+    empty = Report(
+        kind="containers", handles=[], taken_at=now, boot_id=fleet.boot[w], digest=report_digest([])
+    )
+    real = (await fleet.state(w)).report_digests["containers"]
+    for report in (
+        empty,  # no seal
+        empty.model_copy(update={"seal": "0" * 64}),  # a made-up seal
+        # a seal lifted from history does not fit other handles or another time
+        empty.model_copy(update={"digest": real, "seal": "0" * 64}),
+    ):
+        await gc.signal("report", [report])
+    await eventually(
+        lambda: gc.query("processed", result_type=int),
+        lambda n: n >= before + 3,
+        what="forged reports handled",
+    )
+    assert not any((await rows(fleet.pool, "containers", w)).values()), "a forged report marked"
+    events = await fleet.pool.fetchval("SELECT count(*) FROM reaper.events WHERE worker = $1", w)
+    assert events == 1, "a forged report left a trace beyond the worker's registration"
+    assert await failed_tasks(fleet.client, collector_id(w)) == 0

@@ -1,0 +1,27 @@
+"""Reports sealed as a liveness seals them (``activities.sealing``), for tests that call the
+collector's activities directly. The controller's secret is installed by ``migrate``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from activities import sealing
+from activities.types import SealedReport
+from reaper.core.protocol import report_digest
+
+
+def sealed(
+    worker: str,
+    kind: str,
+    handles: list[str],
+    taken_at: datetime,
+    boot_id: str = "boot-1",
+    staged_id: str | None = None,
+    digest: str | None = None,
+) -> SealedReport:
+    """The sealed fields of a report of ``handles`` (or of ``digest`` for a staged one)."""
+    d = digest if digest is not None else report_digest(handles)
+    mark = sealing.seal(worker, kind, d, taken_at, boot_id, staged_id, False, [])
+    return SealedReport(
+        digest=d, taken_at=taken_at, boot_id=boot_id, staged_id=staged_id, seal=mark
+    )
