@@ -1,0 +1,124 @@
+"""The front door through the real ``temporal`` CLI with raw JSON (CONTRACT.md §2): malformed
+heartbeats and operator signals, made by hypothesis, sent as an operator's shell would. None
+fails or blocks a workflow task, none advances the fence, none changes a row."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from temporalio.api.enums.v1 import EventType
+from temporalio.testing import WorkflowEnvironment
+
+from reaper.core.signing import new_private_key, sign_heartbeat
+from tests.support.controller import controller, find_binary, make_settings
+from tests.support.heartbeats import query_state, send
+from tests.support.polling import eventually
+from workflows.common import liveness_id
+
+SLOW = dict(heartbeat_interval=1, stall_after=60, lost_after=120, missing_ttl=60, resync_interval=1)
+junk = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+
+
+@st.composite
+def raw_json(draw: st.DrawFn, worker: str) -> str:
+    """A heartbeat-ish JSON text: right shape with wrong members, or anything at all."""
+    if draw(st.booleans()):
+        return json.dumps(draw(junk))
+    beat: dict[str, Any] = {"worker": worker, "boot_id": "b-1", "seq": 10**12}
+    beat[draw(st.sampled_from(["worker", "boot_id", "seq", "containers", "sig", "agent_key"]))] = (
+        draw(junk)
+    )
+    return json.dumps(beat)
+
+
+async def cli_signal(env: dict[str, str], worker: str, name: str, text: str) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        find_binary("temporal"),
+        "workflow",
+        "signal",
+        "--workflow-id",
+        liveness_id(worker),
+        "--name",
+        name,
+        "--input",
+        text,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+    assert proc.returncode == 0, err.decode()
+
+
+async def test_raw_json_through_the_temporal_cli_changes_nothing(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    client, tq = dev_env.client, f"tq-door-{uuid.uuid4().hex[:8]}"
+    w = f"door-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "HOME": str(tmp_path),
+    }
+    await pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
+    )
+    key = new_private_key()
+
+    def beat(seq: int) -> dict[str, Any]:
+        return sign_heartbeat(
+            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
+        )
+
+    # `required`: an unsigned operator signal is rejected (in `pin` one would act, as in v1).
+    async with controller(client, pool, make_settings(agent_auth="required", **SLOW), tq):
+        await send(client, tq, beat(0))
+        first = await eventually(
+            lambda: query_state(client, w), lambda s: s.last_seq == 0, what="registered"
+        )
+        sent: list[tuple[str, str]] = []
+
+        @settings(
+            max_examples=12,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(st.sampled_from(["heartbeat", "force_reap", "drain"]), raw_json(w))
+        def collect(name: str, text: str) -> None:
+            sent.append((name, text))
+
+        collect()
+        for name, text in sent:
+            await cli_signal(env, w, name, text)
+        # Every one of them is handled (rejected, ignored, or a harmless v1 drain) and the
+        # worker's liveness is where it was.
+        await send(client, tq, beat(1))
+        st_ = await eventually(
+            lambda: query_state(client, w), lambda s: s.last_seq == 1, what="the agent heard"
+        )
+        assert (st_.boot_id, st_.state, st_.missing) == (first.boot_id, "running", 0)
+        assert not st_.draining
+        assert (
+            await pool.fetchval("SELECT missing_since FROM reaper.containers WHERE handle = 'c-1'")
+            is None
+        )
+        assert st_.rejected > 0
+        failed = 0
+        async for event in client.get_workflow_handle(liveness_id(w)).fetch_history_events():
+            failed += event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        assert failed == 0
