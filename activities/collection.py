@@ -64,18 +64,7 @@ def _unsealed(
     """Why a report may not be acted on (not sealed by this worker's liveness), or ``None``."""
     if r is None or taken_at != r.taken_at:
         return "unsealed report: not forwarded by the worker's liveness"
-    if not sealing.is_sealed(
-        r.seal,
-        worker,
-        kind,
-        r.digest,
-        r.taken_at,
-        r.boot_id,
-        r.staged_id,
-        r.restart_all,
-        r.also_seen,
-        handles,
-    ):
+    if not sealing.is_sealed(r.seal, worker, kind, r, handles):
         return "bad seal: not forwarded by the worker's liveness"
     return None
 

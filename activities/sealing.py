@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import json
 from datetime import datetime
+from typing import Protocol
 
 import asyncpg
 
@@ -46,30 +47,32 @@ def install(secret: bytes) -> None:
     _secret = secret
 
 
-def seal(
-    worker: str,
-    kind: str,
-    digest: str,
-    taken_at: datetime,
-    boot_id: str,
-    staged_id: str | None,
-    restart_all: bool,
-    also_seen: list[str],
-) -> str:
-    """The seal of one forwarded report: hex HMAC-SHA256 of its deciding fields, or ``""``
-    when no secret is installed (such a report is refused, never trusted)."""
+class Sealable(Protocol):
+    """The deciding fields of a forwarded report (``Report`` and ``SealedReport`` have them)."""
+
+    digest: str
+    taken_at: datetime
+    boot_id: str
+    staged_id: str | None
+    restart_all: bool
+    also_seen: list[str]
+
+
+def seal(worker: str, kind: str, r: Sealable) -> str:
+    """The seal of one forwarded report of ``worker``'s ``kind``: hex HMAC-SHA256 of its
+    deciding fields, or ``""`` when no secret is installed (such a report is refused)."""
     if _secret is None:
         return ""
     body = json.dumps(
         [
             worker,
             kind,
-            digest,
-            taken_at.isoformat(),
-            boot_id,
-            staged_id,
-            restart_all,
-            report_digest(also_seen) if also_seen else "",
+            r.digest,
+            r.taken_at.isoformat(),
+            r.boot_id,
+            r.staged_id,
+            r.restart_all,
+            report_digest(r.also_seen) if r.also_seen else "",
         ],
         separators=(",", ":"),
     ).encode()
@@ -77,22 +80,12 @@ def seal(
 
 
 def is_sealed(
-    seal_value: str,
-    worker: str,
-    kind: str,
-    digest: str,
-    taken_at: datetime,
-    boot_id: str,
-    staged_id: str | None,
-    restart_all: bool,
-    also_seen: list[str],
-    handles: list[str] | None,
+    seal_value: str, worker: str, kind: str, r: Sealable, handles: list[str] | None
 ) -> bool:
-    """True when ``seal_value`` is the seal of this report and, for an inline report,
+    """True when ``seal_value`` is the seal of report ``r`` and, for an inline report,
     ``handles`` are the handles its digest names."""
     if _secret is None or not seal_value:
         return False
-    if staged_id is None and handles is not None and report_digest(handles) != digest:
+    if r.staged_id is None and handles is not None and report_digest(handles) != r.digest:
         return False
-    expected = seal(worker, kind, digest, taken_at, boot_id, staged_id, restart_all, also_seen)
-    return hmac.compare_digest(expected, seal_value)
+    return hmac.compare_digest(seal(worker, kind, r), seal_value)

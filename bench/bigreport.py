@@ -92,17 +92,12 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
             worker=WORKER,
             kind="containers",
             handles=report,
-            taken_at=(taken_at := datetime.now(UTC)),
+            taken_at=datetime.now(UTC),
             missing_ttl=300.0,
-            report=SealedReport(
-                digest=report_digest(report),
-                taken_at=taken_at,
-                boot_id="bench",
-                seal=sealing.seal(
-                    WORKER, "containers", report_digest(report), taken_at, "bench", None, False, []
-                ),
-            ),
         )
+
+        sealed = SealedReport(digest=report_digest(report), taken_at=inp.taken_at, boot_id="b")
+        inp.report = sealed.model_copy(update={"seal": sealing.seal(WORKER, "containers", sealed)})
 
         async def reset() -> None:
             async with pool.acquire() as conn:

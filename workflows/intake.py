@@ -236,16 +236,7 @@ class ReportIntake:
 
     def _sealed(self, r: Report) -> Report:
         """``r`` with the seal its collector checks before acting on it (§5.2)."""
-        mark = sealing.seal(
-            self.live.worker,
-            r.kind,
-            r.digest,
-            r.taken_at,
-            r.boot_id,
-            r.staged_id,
-            r.restart_all,
-            r.also_seen,
-        )
+        mark = sealing.seal(self.live.worker, r.kind, r)
         return r.model_copy(update={"seal": mark})
 
     async def _start_collector(self, reports: list[Report]) -> None:
