@@ -21,7 +21,5 @@ def sealed(
 ) -> SealedReport:
     """The sealed fields of a report of ``handles`` (or of ``digest`` for a staged one)."""
     d = digest if digest is not None else report_digest(handles)
-    mark = sealing.seal(worker, kind, d, taken_at, boot_id, staged_id, False, [])
-    return SealedReport(
-        digest=d, taken_at=taken_at, boot_id=boot_id, staged_id=staged_id, seal=mark
-    )
+    r = SealedReport(digest=d, taken_at=taken_at, boot_id=boot_id, staged_id=staged_id)
+    return r.model_copy(update={"seal": sealing.seal(worker, kind, r)})
