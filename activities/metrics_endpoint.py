@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
-from prometheus_client import REGISTRY, Counter, start_http_server
+from prometheus_client import REGISTRY, Counter, disable_created_metrics, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
@@ -155,6 +155,7 @@ async def serving(pool: asyncpg.Pool, settings: Settings) -> AsyncIterator[Fleet
     if not settings.metrics_port:
         yield None
         return
+    disable_created_metrics()  # no ``*_created`` series beside every counter
     try:
         server, thread = start_http_server(settings.metrics_port, addr="0.0.0.0")
     except OSError as exc:
