@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check demo bench property clean
+.PHONY: run test check demo bench property clean sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,18 @@ check: $(STAMP)
 run: $(STAMP)
 	$(BIN)/reaper run
 
+# promtool (Debian's prometheus package) for the alert-rule tests; RUNLEVEL=1 keeps the
+# package's service from being started.
+sysdeps:
+	command -v promtool >/dev/null || \
+		(apt-get update -qq && RUNLEVEL=1 apt-get install -y -qq prometheus >/dev/null)
+
 # Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
 # environments alive in one process, ENV.md). The property tests run derandomized here (the
 # same examples on every run, so a red CI is reproducible); `make property` explores new
 # random timelines.
-test: $(STAMP)
+test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
 		tests/core tests/policy tests/activities tests/workflows
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e

@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 
 from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
+from activities.metrics_endpoint import sdk_runtime, serving
 from activities.temporal import connect, ensure_search_attributes
 from reaper.core.config import ConfigError, Settings, load_settings
 from workflows import ALL_WORKFLOWS
@@ -52,7 +53,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         applied = await migrate(pool)
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
-        client = await connect(settings.temporal_address, settings.namespace)
+        client = await connect(
+            settings.temporal_address,
+            settings.namespace,
+            runtime=sdk_runtime(settings.sdk_metrics_port),
+        )
         await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
         acts = ReaperActivities(pool, settings)
         worker = Worker(
@@ -71,7 +76,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             settings.task_queue,
             settings.namespace,
         )
-        async with worker:
+        async with worker, serving(pool, settings):
             await start_fleet_monitor(client, acts, settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:

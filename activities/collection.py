@@ -15,7 +15,7 @@ import asyncpg
 from temporalio import activity
 
 from activities import collection_sql as sql
-from activities import sealing
+from activities import metrics, sealing
 from activities.base import EVENT_KIND, ActivityBase, unique, write_events
 from activities.tasks import backfill
 from activities.types import (
@@ -73,6 +73,7 @@ class CollectionActivities(ActivityBase):
     """Activities called by ``HandleCollector`` (one collector per worker, ``gc-{worker}``)."""
 
     @activity.defn(name="reconcile_report")
+    @metrics.timed_reconcile
     async def reconcile_report(self, inp: ReconcileInput) -> ReconcileResult:
         """Diff a complete report against the worker's rows: mark newly missing, clear returned.
 
@@ -137,8 +138,9 @@ class CollectionActivities(ActivityBase):
                     dry_run=True,
                     dedupe=[f"mark:{worker}:{kind}:{h}:{inp.taken_at.isoformat()}" for h in marked],
                 )
+            stuck = 0
             if kind != "tasks":
-                await self._collect_stuck_creating(conn, inp)
+                stuck = await self._collect_stuck_creating(conn, inp)
             cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
             result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
@@ -148,7 +150,9 @@ class CollectionActivities(ActivityBase):
                 orphans = sorted({*orphans, *reaped})
                 result.assignments = await _column(conn, sql.ASSIGNMENTS, worker)
             result.status.orphans = orphans
-            return result
+        if not dry:
+            metrics.count_destroyed(kind, stuck)
+        return result
 
     async def _mark(
         self,
@@ -180,10 +184,11 @@ class CollectionActivities(ActivityBase):
         result.marked = len(marked)
         return marked
 
-    async def _collect_stuck_creating(self, conn: asyncpg.Connection, inp: ReconcileInput) -> None:
-        """Delete rows stuck in ``creating`` (``policy.stuck_creating``), with events."""
+    async def _collect_stuck_creating(self, conn: asyncpg.Connection, inp: ReconcileInput) -> int:
+        """Delete rows stuck in ``creating`` (``policy.stuck_creating``), with events; returns
+        how many."""
         if await conn.fetchval(sql.FLEET_STATE) == "full":
-            return
+            return 0
         cutoff = inp.taken_at - timedelta(seconds=inp.creating_timeout)
         statement = (sql.WOULD_STUCK_CREATING if inp.dry_run else sql.STUCK_CREATING)[inp.kind]
         stuck = await _column(conn, statement, inp.worker, cutoff)
@@ -197,6 +202,7 @@ class CollectionActivities(ActivityBase):
             dry_run=inp.dry_run,
             dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
         )
+        return len(stuck)
 
     @activity.defn(name="destroy_missing")
     async def destroy_missing(self, inp: DestroyInput) -> DestroyResult:
@@ -256,7 +262,9 @@ class CollectionActivities(ActivityBase):
                 )
             store = sql.DRY if inp.dry_run else sql.ROWS
             result.status = await _status(conn, store, inp.worker, kind, inp.missing_ttl)
-            return result
+        if not inp.dry_run:
+            metrics.count_destroyed(kind, len(destroyed))
+        return result
 
 
 def _count(command_tag: str) -> int:

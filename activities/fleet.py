@@ -7,6 +7,7 @@ from datetime import datetime
 import asyncpg
 from temporalio import activity
 
+from activities import metrics
 from activities.base import ActivityBase, write_events
 from activities.tasks import place_owed, replace_tasks
 from activities.types import FleetView, UpkeepResult
@@ -92,14 +93,18 @@ class FleetActivities(ActivityBase):
         if self.settings.dry_run:
             return UpkeepResult()
         async with self.pool.acquire() as conn, conn.transaction():
-            strays = await self._reap_strays(conn)
+            strays, reaped = await self._reap_strays(conn)
             placed = await place_owed(conn)
-            return UpkeepResult(placed=[*strays, *placed])
+        metrics.count_reaped(reaped)
+        return UpkeepResult(placed=[*strays, *placed])
 
-    async def _reap_strays(self, conn: asyncpg.Connection) -> list[tuple[str, str]]:
-        """Reap stray tasks (``policy.fleet.is_stray``, in SQL) and backfill their services."""
+    async def _reap_strays(self, conn: asyncpg.Connection) -> tuple[list[tuple[str, str]], int]:
+        """Reap stray tasks (``policy.fleet.is_stray``, in SQL) and backfill their services.
+
+        Returns the replacements placed (``(task_id, worker)``) and how many strays were reaped.
+        """
         if await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1") == FleetState.full:
-            return []
+            return [], 0
         hosts = await conn.fetch(
             "SELECT w.name, w.state FROM reaper.workers w"
             " WHERE (w.state = 'retired'"
@@ -109,9 +114,10 @@ class FleetActivities(ActivityBase):
             " ORDER BY w.name FOR UPDATE OF w"
         )
         placed: list[tuple[str, str]] = []
+        reaped = 0
         for host in hosts:
             stop = "worker-retired" if host["state"] == "retired" else "worker-lost"
-            _, more, _ = await replace_tasks(
+            lost, more, _ = await replace_tasks(
                 conn,
                 host["name"],
                 stop,
@@ -120,4 +126,5 @@ class FleetActivities(ActivityBase):
                 f"stray on {host['name']}",
             )
             placed += more
-        return placed
+            reaped += len(lost)
+        return placed, reaped

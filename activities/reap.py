@@ -7,6 +7,7 @@ from datetime import datetime
 import asyncpg
 from temporalio import activity
 
+from activities import metrics
 from activities.base import ActivityBase
 from activities.tasks import replace_tasks
 from activities.types import ReapRequest
@@ -98,4 +99,6 @@ class ReapActivities(ActivityBase):
                 await conn.execute(
                     "UPDATE reaper.workers SET reaped_at = $2 WHERE name = $1", req.worker, req.at
                 )
-            return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)
+        if not req.dry_run:
+            metrics.count_reaped(len(lost))
+        return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities import metrics
 from activities.base import ActivityBase, write_events
 from activities.fleet import refresh_fleet
 from activities.tasks import replace_tasks
@@ -65,6 +66,7 @@ class RetireActivities(ActivityBase):
                 f"retirement of {req.worker}",
                 dry_run=req.dry_run,
             )
+            destroyed: dict[str, int] = {}
             for kind, table in (("container", "reaper.containers"), ("volume", "reaper.volumes")):
                 verb = "SELECT handle FROM" if req.dry_run else "DELETE FROM"
                 tail = " ORDER BY handle" if req.dry_run else " RETURNING handle"
@@ -72,6 +74,7 @@ class RetireActivities(ActivityBase):
                     r["handle"]
                     for r in await conn.fetch(f"{verb} {table} WHERE worker = $1{tail}", req.worker)
                 ]
+                destroyed[kind] = len(gone)
                 await write_events(
                     conn,
                     req.worker,
@@ -102,4 +105,8 @@ class RetireActivities(ActivityBase):
                     req.at,
                 )
                 await refresh_fleet(conn, self.settings.disruption_threshold, req.at)
-            return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)
+        if not req.dry_run:
+            metrics.count_reaped(len(lost))
+            for kind, n in destroyed.items():
+                metrics.count_destroyed(kind, n)
+        return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

@@ -14,6 +14,7 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.db import CONNECT_DEADLINE_S, Unreachable
@@ -23,13 +24,18 @@ log = logging.getLogger("reaper.temporal")
 
 
 async def connect(
-    address: str | None, namespace: str, *, deadline_s: float = CONNECT_DEADLINE_S
+    address: str | None,
+    namespace: str,
+    *,
+    deadline_s: float = CONNECT_DEADLINE_S,
+    runtime: Runtime | None = None,
 ) -> Client:
     """Connect a client (pydantic data converter), retrying until ``deadline_s`` seconds.
 
     Args:
         address: ``host:port`` of the frontend; ``None`` means the embedded dev server.
         namespace: Temporal namespace.
+        runtime: the SDK runtime (its metrics exporter); ``None`` for the default one.
 
     Raises:
         Unreachable: no connection within the deadline; the message names the address.
@@ -40,7 +46,10 @@ async def connect(
     while True:
         try:
             return await Client.connect(
-                target, namespace=namespace, data_converter=pydantic_data_converter
+                target,
+                namespace=namespace,
+                data_converter=pydantic_data_converter,
+                runtime=runtime,
             )
         except Exception as exc:  # the SDK raises RuntimeError for connection failures
             if time.monotonic() - start + delay > deadline_s:

@@ -306,6 +306,10 @@ class WorkerLiveness:
         self.live.rejected += 1
         self.live.last_rejection = reason
         workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason)
+        if not workflow.unsafe.is_replaying():  # a replay must not count it again (§5.4)
+            with workflow.unsafe.imports_passed_through():
+                from activities.metrics import count_rejected
+            count_rejected()
 
     def _operator_request(
         self, what: str, handler: Callable[[Any], None], raw: Any

@@ -140,6 +140,12 @@ class Settings(BaseSettings):
     """Automatic reaps allowed at once before ``reap_rate`` applies (token bucket size)."""
     state_dir: str = ".reaper"
     ui_port: int = 8233
+    metrics_port: int = 9464
+    """The controller serves Prometheus text format at ``http://0.0.0.0:PORT/metrics``
+    (CONTRACT.md §5.4); ``0`` turns it off. Several controllers on one host need one each."""
+    sdk_metrics_port: int = 9465
+    """The Temporal SDK's own metrics (workflow and activity task latencies, slots, polls) in
+    Prometheus text format at ``http://0.0.0.0:PORT/metrics``; ``0`` turns them off."""
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
@@ -196,6 +202,17 @@ class Settings(BaseSettings):
             self.operator_keys = tuple(dict.fromkeys(self.operator_keys + extra))
         if self.reap_burst < 1:
             raise ValueError(f"REAPER_REAP_BURST must be at least 1, got {self.reap_burst}")
+        for name, port in (
+            ("METRICS_PORT", self.metrics_port),
+            ("SDK_METRICS_PORT", self.sdk_metrics_port),
+        ):
+            if not 0 <= port <= 65535:
+                raise ValueError(f"REAPER_{name} must be a TCP port (0 turns it off), got {port}")
+        if self.metrics_port and self.metrics_port == self.sdk_metrics_port:
+            raise ValueError(
+                "REAPER_SDK_METRICS_PORT must differ from REAPER_METRICS_PORT "
+                f"({self.metrics_port})"
+            )
         return self
 
 

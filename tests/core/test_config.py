@@ -38,6 +38,10 @@ def test_parse_duration_rejects(bad):
         ({"REAPER_DISRUPTION_THRESHOLD": "0"}, "REAPER_DISRUPTION_THRESHOLD"),
         ({"REAPER_DISRUPTION_THRESHOLD": "1.5"}, "REAPER_DISRUPTION_THRESHOLD"),
         ({"REAPER_HEARTBEAT_INTERVAL": "soon"}, "REAPER_HEARTBEAT_INTERVAL"),
+        ({"REAPER_METRICS_PORT": "70000"}, "REAPER_METRICS_PORT"),
+        ({"REAPER_METRICS_PORT": "-1"}, "REAPER_METRICS_PORT"),
+        ({"REAPER_SDK_METRICS_PORT": "9464"}, "REAPER_SDK_METRICS_PORT"),
+        ({"REAPER_METRICS_PORT": "x"}, "REAPER_METRICS_PORT"),
     ],
 )
 def test_bad_configuration_names_the_variable(monkeypatch, env, variable):
@@ -53,3 +57,12 @@ def test_flags_override_environment(monkeypatch):
     s = load_settings(_env_file=None, heartbeat_interval="2s", stall_after="4s")
     assert (s.heartbeat_interval, s.stall_after) == (2, 4)
     assert s.lost_after == 300 and s.missing_ttl == 300 and s.disruption_threshold == 0.55
+
+
+def test_metrics_ports_default_and_off(monkeypatch):
+    s = load_settings(_env_file=None)
+    assert (s.metrics_port, s.sdk_metrics_port) == (9464, 9465)  # CONTRACT.md §5.4
+    monkeypatch.setenv("REAPER_METRICS_PORT", "0")
+    monkeypatch.setenv("REAPER_SDK_METRICS_PORT", "0")
+    s = load_settings(_env_file=None)
+    assert (s.metrics_port, s.sdk_metrics_port) == (0, 0)  # both off: no clash

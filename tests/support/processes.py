@@ -53,6 +53,10 @@ class ControllerProcess(ChildProcess):
         self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
         self.env = {
             **os.environ,
+            # No metrics endpoints unless a test asks (``timings``): controllers of parallel
+            # runs on one host would contend for the default ports.
+            "REAPER_METRICS_PORT": "0",
+            "REAPER_SDK_METRICS_PORT": "0",
             **timings,
             "REAPER_TEMPORAL_ADDRESS": address,
             "REAPER_DATABASE_URL": db_url,

@@ -1,0 +1,88 @@
+"""This controller's counters and histograms (CONTRACT.md §5.4), in prometheus-client's
+default registry; ``activities.metrics_endpoint`` serves them with the fleet's gauges.
+
+Counters count what this process did: a destroy or a reap is counted after its transaction
+committed, by the rows it changed (a retried activity that finds nothing left counts 0), and
+never in a dry run. Workflow code may call :func:`count_rejected` only when not replaying.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from prometheus_client import Counter, Histogram
+
+from activities.base import EVENT_KIND
+from activities.types import ReconcileInput
+
+KINDS = ("container", "volume", "task")
+"""The ``kind`` label of the per-kind series (``events.kind`` of CONTRACT.md §3)."""
+
+DESTROYED = Counter(
+    "reaper_destroyed",
+    "Rows destroyed by this controller: containers and volumes deleted, tasks stopped as"
+    " missing (missing past MISSING_TTL, stuck creating, or a retired worker's rows).",
+    ["kind"],
+)
+TASKS_REAPED = Counter(
+    "reaper_tasks_reaped",
+    "Tasks taken down (made lost) by reaps of this controller: lost, forced, retired, strays.",
+)
+HEARTBEATS_REJECTED = Counter(
+    "reaper_heartbeats_rejected",
+    "Heartbeats and operator signals rejected by this controller's liveness workflows"
+    " (malformed, sent to another worker's liveness, force_reap before any beat).",
+)
+RECONCILE_SECONDS = Histogram(
+    "reaper_reconcile_duration_seconds",
+    "Time to diff one complete report against Postgres (reconcile_report activity), by kind.",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+for _kind in KINDS:  # every kind shows from the first scrape, at 0
+    DESTROYED.labels(_kind)
+    RECONCILE_SECONDS.labels(_kind)
+
+
+def count_destroyed(kind: str, rows: int) -> None:
+    """Count ``rows`` destroyed of ``kind`` (a report kind ``containers`` or an event kind
+    ``container``); call after the transaction committed, never in a dry run."""
+    if rows > 0:
+        DESTROYED.labels(EVENT_KIND.get(kind, kind)).inc(rows)
+
+
+def count_reaped(tasks: int) -> None:
+    """Count ``tasks`` taken down by a reap, after its transaction committed."""
+    if tasks > 0:
+        TASKS_REAPED.inc(tasks)
+
+
+def count_rejected() -> None:
+    """Count one rejected heartbeat or signal. Workflow code calls it only when
+    ``not workflow.unsafe.is_replaying()``, so a replay never counts a rejection twice."""
+    HEARTBEATS_REJECTED.inc()
+
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+
+def timed_reconcile(
+    fn: Callable[[S, ReconcileInput], Coroutine[Any, Any, R]],
+) -> Callable[[S, ReconcileInput], Coroutine[Any, Any, R]]:
+    """Decorate the ``reconcile_report`` activity: its duration (seconds, failures included)
+    goes to ``reaper_reconcile_duration_seconds{kind}``. Put it under ``@activity.defn``."""
+
+    @functools.wraps(fn)
+    async def timed(self: S, inp: ReconcileInput) -> R:
+        start = time.perf_counter()
+        try:
+            return await fn(self, inp)
+        finally:
+            elapsed = time.perf_counter() - start
+            RECONCILE_SECONDS.labels(EVENT_KIND.get(inp.kind, inp.kind)).observe(elapsed)
+
+    return timed

@@ -1,0 +1,75 @@
+"""Table tests of the fleet's gauges (CONTRACT.md §5.4): counts by state, the disruption
+level by rule 6, heartbeat lags. Times are seconds after T0."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from reaper.core.policy.gauges import WorkerRow, fleet_gauges
+
+T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def rows(*states: str) -> list[WorkerRow]:
+    """One worker per state, ``w0``, ``w1``, ..., each last beating at T0."""
+    return [WorkerRow(f"w{i}", s, T0) for i, s in enumerate(states)]
+
+
+@pytest.mark.parametrize(
+    "states, threshold, workers, disruption",
+    [
+        ((), 0.55, (0, 0, 0), 0),  # an empty fleet is normal
+        (("running", "running"), 0.55, (2, 0, 0), 0),
+        (("running", "stalled"), 0.55, (1, 1, 0), 1),  # half unhealthy: below 0.55
+        (("running", "lost"), 0.5, (1, 0, 1), 2),  # at the threshold: full
+        (("stalled", "lost", "running"), 0.55, (1, 1, 1), 2),
+        (("retired", "retired", "running"), 0.55, (1, 0, 0), 0),  # retired count nowhere
+        (("retired", "lost", "running", "running"), 0.55, (2, 0, 1), 1),
+        (("lost",), 1.0, (0, 0, 1), 2),
+    ],
+)
+def test_counts_and_disruption(states, threshold, workers, disruption):
+    g = fleet_gauges(rows(*states), owed=0, threshold=threshold, now=at(10))
+    assert (g.workers["running"], g.workers["stalled"], g.workers["lost"]) == workers
+    assert set(g.workers) == {"running", "stalled", "lost"}
+    assert g.disruption == disruption
+
+
+@pytest.mark.parametrize(
+    "beats, now, lag_max",
+    [
+        # (state, last heartbeat in seconds after T0 or None)
+        ([("running", 0), ("running", 8)], 10, {"running": 10.0}),
+        (
+            [("running", 9), ("stalled", 0), ("lost", -300)],
+            10,
+            {"running": 1, "stalled": 10, "lost": 310},
+        ),
+        ([("running", None)], 10, {}),  # never beat: no lag
+        ([("running", 12)], 10, {"running": 0.0}),  # a beat ahead of the clock: lag 0
+        ([("retired", 0)], 10, {}),
+    ],
+)
+def test_heartbeat_lag(beats, now, lag_max):
+    workers = [
+        WorkerRow(f"w{i}", s, None if t is None else at(t)) for i, (s, t) in enumerate(beats)
+    ]
+    g = fleet_gauges(workers, owed=0, threshold=0.55, now=at(now))
+    assert g.lag_max == pytest.approx(lag_max)
+
+
+def test_last_heartbeat_per_counted_worker_and_owed_passed_through():
+    workers = [
+        WorkerRow("a", "running", at(5)),
+        WorkerRow("b", "lost", None),
+        WorkerRow("c", "retired", at(1)),
+    ]
+    g = fleet_gauges(workers, owed=3, threshold=0.55, now=at(10))
+    assert g.last_heartbeat == {"a": at(5).timestamp()}
+    assert g.owed == 3
