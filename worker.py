@@ -20,6 +20,7 @@ from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
 from activities.temporal import connect, ensure_search_attributes
 from reaper.core.config import ConfigError, Settings, load_settings
+from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
 
@@ -97,9 +98,7 @@ async def start_fleet_monitor(client: Client, acts: ReaperActivities, settings: 
 
 
 def main() -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(logging.INFO)
     try:
         settings = load_settings()
     except ConfigError as exc:

@@ -66,6 +66,7 @@ class WorkerLiveness:
                 beat.seq,
                 live.worker,
                 beat.boot_id,
+                extra={"worker": live.worker, "action": "ignored", "reason": "retired boot"},
             )
             return
         verdict = policy.fence(
@@ -284,7 +285,8 @@ class WorkerLiveness:
     def _reject(self, reason: str) -> None:
         self.live.rejected += 1
         self.live.last_rejection = reason
-        workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason)
+        fields = {"worker": self.live.worker, "action": "rejected", "reason": reason}
+        workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason, extra=fields)
 
     def _parse(self, model: type[Any], raw: Any, what: str) -> Any:
         """``raw`` validated as ``model``, or ``None`` (rejected, logged) if malformed."""
