@@ -130,25 +130,34 @@ async def test_events_follow_prints_new_rows_and_ends_on_ctrl_c(
     pool: asyncpg.Pool, db_url: str
 ) -> None:
     await _events(pool)
+    async with pool.acquire() as conn, conn.transaction():
+        await write_events(conn, "w3", "worker", "state", ["w3"], "new -> running")
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    argv = ["events", "--database-url", db_url, "--follow", "--json", "--worker", "w3"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "reaper.cli", "events", "--database-url", db_url]
-        + ["--follow", "--json", "--worker", "w3"],
+        [sys.executable, "-m", "reaper.cli", *argv],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).parent,
     )
+    assert proc.stdout is not None
+
+    async def next_row() -> dict[str, object]:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=20)
+        row: dict[str, object] = json.loads(line)
+        return row
+
     try:
-        await asyncio.sleep(0)  # nothing for w3 yet: it waits for new rows
+        first = await next_row()  # the rows so far: it is up and following now
+        assert (first["worker"], first["action"]) == ("w3", "state")
         async with pool.acquire() as conn, conn.transaction():
             await write_events(conn, "w2", "volume", "destroyed", ["v-9"], "missing")
             await write_events(conn, "w3", "container", "orphan", ["stray"], "unknown")
         start = time.monotonic()
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=20)
-        seen = json.loads(line)
+        seen = await next_row()
         assert (seen["worker"], seen["action"], seen["handle"]) == ("w3", "orphan", "stray")
         assert time.monotonic() - start < 20
         proc.send_signal(signal.SIGINT)
