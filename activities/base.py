@@ -81,12 +81,13 @@ async def write_events(
     )
     workflow_id = activity.info().workflow_id if activity.in_activity() else None
     for r in rows:
+        handle = r["handle"]
+        what = r["action"] if handle in (None, worker) else f"{r['action']} {kind} {handle}"
         log.info(
-            "%s %s %s: %s",
-            r["action"],
-            kind,
-            r["handle"],
-            reason,
+            "%s: %s%s",
+            worker or "fleet",
+            what,
+            f" ({reason})" if reason else "",
             extra={
                 "worker": worker,
                 "kind": kind,

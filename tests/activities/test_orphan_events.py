@@ -4,9 +4,11 @@ by ``reconcile_report`` against real Postgres, and never a second one for the sa
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from activities import ReaperActivities
 from activities.types import ReconcileInput
@@ -24,7 +26,10 @@ async def _orphan_rows(pool: asyncpg.Pool, worker: str) -> list[tuple[str, str, 
     return [(r["kind"], r["handle"], r["reason"]) for r in rows]
 
 
-async def test_an_orphan_is_recorded_once_across_reruns(pool: asyncpg.Pool) -> None:
+async def test_an_orphan_is_recorded_once_across_reruns(
+    pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="reaper.events")
     acts = ReaperActivities(pool, make_settings())
     start = datetime.now(UTC) - timedelta(minutes=10)
     await pool.execute(
@@ -62,6 +67,13 @@ async def test_an_orphan_is_recorded_once_across_reruns(pool: asyncpg.Pool) -> N
     rows = await _orphan_rows(pool, "w1")
     assert [(k, h) for k, h, _ in rows] == [("container", "stray"), ("task", "t-reaped")]
     assert "unknown" in rows[0][2] and "reaped" in rows[1][2]
+    # One log line per row written, with the row's fields.
+    logged = [r for r in caplog.records if getattr(r, "action", None) == "orphan"]
+    assert [(r.worker, r.kind, r.handle) for r in logged] == [  # type: ignore[attr-defined]
+        ("w1", "container", "stray"),
+        ("w1", "task", "t-reaped"),
+    ]
+    assert logged[0].getMessage().startswith("w1: orphan container stray (reported but unknown")
 
     # The agent destroyed it; when the same name is reported again later it is a new
     # orphan (a new first report), so it gets a row of its own after MISSING_TTL.
