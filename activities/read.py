@@ -1,10 +1,11 @@
-"""The shell's read model: every SQL statement that ``reaper workers`` and ``reaper demo`` run.
+"""The shell's read model: every SQL statement of ``reaper workers``, ``events``,
+``try-scheduler`` and ``demo``.
 
 The controller never calls these. They are plain async functions over an asyncpg pool or
 connection (both have ``fetch``/``fetchrow``/``fetchval``/``execute``), so that the shell
 (:mod:`reaper.cli`) needs no SQL of its own. The ``add_*`` functions write what a user's
 scheduler would write (CONTRACT.md §3: ``services``, ``tasks``, ``containers``, ``volumes``);
-the demo uses them as a stand-in scheduler.
+the demo and ``reaper try-scheduler`` use them as a stand-in scheduler.
 """
 
 from __future__ import annotations
