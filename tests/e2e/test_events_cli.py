@@ -11,12 +11,25 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import asyncpg
 import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
 
 from activities.base import write_events
+from reaper.core.contract import StateView
+from tests.support.controller import controller, make_settings
+from tests.support.heartbeats import beat, beats_handled, query_state, send
+from tests.support.polling import eventually
+
+
+def address(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
 
 COMMANDS = [
     "",
@@ -198,3 +211,62 @@ async def test_try_scheduler_places_a_service_as_a_scheduler_would(
     again = await asyncio.to_thread(reaper, *args)
     assert again.returncode == 1 and "exists already" in again.stderr, again
     assert again.stderr.count("\n") == 1
+
+
+async def _state_or_none(client: Client, worker: str) -> StateView | None:
+    """The ``state`` query, or ``None`` before the first beat started the liveness."""
+    try:
+        return await query_state(client, worker)
+    except RPCError:
+        return None
+
+
+async def test_an_orphan_shows_in_events_and_workers_once(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, db_url: str
+) -> None:
+    """Through the real controller: a handle the worker keeps reporting, unknown to reaper,
+    becomes an orphan after MISSING_TTL: one ``orphan`` events row however many reports
+    follow, and a count in ``reaper workers --json``."""
+    client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
+    worker = f"orph-{uuid.uuid4().hex[:6]}"
+    timings = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=1)
+    stop = asyncio.Event()
+
+    async def agent_beats() -> None:  # as an agent that never deletes its orphans
+        seq = 0
+        while not stop.is_set():
+            await send(client, tq, beat(worker, seq, containers=["stray"], volumes=[], tasks=[]))
+            seq += 1
+            try:
+                await asyncio.wait_for(stop.wait(), timings["heartbeat_interval"])
+            except TimeoutError:
+                pass
+
+    async with controller(client, pool, make_settings(**timings, resync_interval=0.4), tq):
+        beats = asyncio.create_task(agent_beats())
+        try:
+            await eventually(
+                lambda: _state_or_none(client, worker),
+                lambda v: v is not None and v.orphans == ["stray"],
+                timeout=30,
+                what="stray listed as an orphan",
+            )
+            out = await asyncio.to_thread(
+                reaper, "workers", "--json", "--address", address(dev_env), "--database-url", db_url
+            )
+            assert out.returncode == 0, out
+            [row] = [r for r in json.loads(out.stdout)["workers"] if r["worker"] == worker]
+            assert row["orphans"] == 1
+            await beats_handled(client, worker, 15)  # many more reports of the same orphan
+        finally:
+            stop.set()
+            await beats
+    rows = await pool.fetch(
+        "SELECT kind, handle, action FROM reaper.events WHERE worker = $1 AND action = 'orphan'",
+        worker,
+    )
+    assert [tuple(r.values()) for r in rows] == [("container", "stray", "orphan")]
+    out = await asyncio.to_thread(
+        reaper, "events", "--database-url", db_url, "--worker", worker, "--action", "orphan"
+    )
+    assert out.returncode == 0 and "orphan stray" in out.stdout, out
