@@ -21,6 +21,7 @@ from activities.db import Unreachable, create_pool, migrate
 from activities.metrics_endpoint import sdk_runtime, serving
 from activities.temporal import connect, ensure_search_attributes
 from reaper.core.config import ConfigError, Settings, load_settings
+from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
 
@@ -102,9 +103,7 @@ async def start_fleet_monitor(client: Client, acts: ReaperActivities, settings: 
 
 
 def main() -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(logging.INFO)
     try:
         settings = load_settings()
     except ConfigError as exc:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 
 import asyncpg
+from temporalio import activity
 
 from reaper.core.config import Settings
+
+log = logging.getLogger("reaper.events")
+"""One INFO line per ``events`` row written (destroy, stop, reap, replacement, state change,
+drain, orphan), with ``worker``, ``kind``, ``handle``, ``action``, ``reason``, ``actor`` and
+``workflow_id`` as fields (:mod:`reaper.logs`)."""
 
 KIND_TABLE = {
     "containers": "reaper.containers",
@@ -43,21 +50,27 @@ async def write_events(
     *,
     dry_run: bool = False,
     dedupe: Sequence[str] | None = None,
-) -> None:
+) -> list[str | None]:
     """Insert one ``reaper.events`` row per handle (``would-<action>`` in a dry run).
 
     Callers run this in the same transaction as the change it records, so a retried
     activity that finds nothing left to change writes no second row (CONTRACT.md §3).
     Where nothing changes (a dry run), ``dedupe`` gives one key per handle instead: a row
     whose key exists already is not written again.
+
+    Logs one line per row actually written (a row skipped by ``dedupe`` is not logged
+    again), in the transaction that writes it.
+
+    Returns:
+        The handles whose rows were written.
     """
     if not handles:
-        return
-    await conn.execute(
+        return []
+    rows = await conn.fetch(
         "INSERT INTO reaper.events (worker, kind, handle, action, reason, actor, dedupe)"
         " SELECT $1, $2, h, $4, $5, $6, d"
         " FROM unnest($3::text[], $7::text[]) AS x(h, d)"
-        " ON CONFLICT (dedupe) DO NOTHING",
+        " ON CONFLICT (dedupe) DO NOTHING RETURNING handle, action",
         worker,
         kind,
         list(handles),
@@ -66,6 +79,26 @@ async def write_events(
         actor,
         list(dedupe) if dedupe is not None else [None] * len(handles),
     )
+    workflow_id = activity.info().workflow_id if activity.in_activity() else None
+    for r in rows:
+        handle = r["handle"]
+        what = r["action"] if handle in (None, worker) else f"{r['action']} {kind} {handle}"
+        log.info(
+            "%s: %s%s",
+            worker or "fleet",
+            what,
+            f" ({reason})" if reason else "",
+            extra={
+                "worker": worker,
+                "kind": kind,
+                "handle": r["handle"],
+                "action": r["action"],
+                "reason": reason,
+                "actor": actor,
+                "workflow_id": workflow_id,
+            },
+        )
+    return [r["handle"] for r in rows]
 
 
 KIND_KEY = {"containers": "handle", "volumes": "handle", "tasks": "id"}

@@ -144,9 +144,27 @@ class CollectionActivities(ActivityBase):
             cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
             result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
-            orphans = await _column(conn, sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
+            unknown = await conn.fetch(sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
+            await _record_orphans(
+                conn,
+                worker,
+                kind,
+                [
+                    (r["handle"], f"orphan:{worker}:{kind}:{r['handle']}:{r['first_seen']}")
+                    for r in unknown
+                ],
+                f"reported but unknown for {inp.missing_ttl:g}s (MISSING_TTL)",
+            )
+            orphans = [r["handle"] for r in unknown]
             if kind == "tasks":
                 reaped = await _column(conn, sql.REAPED_REPORTED_TASKS, worker)
+                await _record_orphans(
+                    conn,
+                    worker,
+                    kind,
+                    [(t, f"orphan:{worker}:tasks:{t}") for t in reaped],
+                    "reported but reaped (rule 7)",
+                )
                 orphans = sorted({*orphans, *reaped})
                 result.assignments = await _column(conn, sql.ASSIGNMENTS, worker)
             result.status.orphans = orphans
@@ -265,6 +283,33 @@ class CollectionActivities(ActivityBase):
         if not inp.dry_run:
             metrics.count_destroyed(kind, len(destroyed))
         return result
+
+
+async def _record_orphans(
+    conn: asyncpg.Connection,
+    worker: str,
+    kind: str,
+    keyed: list[tuple[str, str]],
+    reason: str,
+) -> None:
+    """One ``orphan`` events row (and log line) per handle that has just become an orphan.
+
+    ``keyed`` pairs each orphan with its dedupe key, which names the orphan once: an unknown
+    handle by when it was first reported (if it goes and comes back it is a new orphan), a
+    reaped task by its id. Every later reconcile that lists the same orphan, a retry or a
+    rerun, finds the key taken and writes nothing. Written in dry runs too: the orphans list
+    reaches the agent either way.
+    """
+    if keyed:
+        await write_events(
+            conn,
+            worker,
+            EVENT_KIND[kind],
+            "orphan",
+            [h for h, _ in keyed],
+            reason,
+            dedupe=[key for _, key in keyed],
+        )
 
 
 def _count(command_tag: str) -> int:

@@ -126,7 +126,7 @@ UNKNOWN = per_kind(
     "  SELECT $1, $2, h, $3 FROM u ON CONFLICT DO NOTHING),"
     " del AS (DELETE FROM reaper.unknown_handles x WHERE x.worker = $1 AND x.kind = $2"
     "  AND NOT EXISTS (SELECT 1 FROM u WHERE u.h = x.handle))"
-    " SELECT x.handle FROM reaper.unknown_handles x JOIN u ON u.h = x.handle"
+    " SELECT x.handle, x.first_seen FROM reaper.unknown_handles x JOIN u ON u.h = x.handle"
     " WHERE x.worker = $1 AND x.kind = $2 AND x.first_seen <= $4 ORDER BY x.handle"
 )
 DESTROY = {

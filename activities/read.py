@@ -1,10 +1,11 @@
-"""The shell's read model: every SQL statement that ``reaper workers`` and ``reaper demo`` run.
+"""The shell's read model: every SQL statement of ``reaper workers``, ``events``,
+``try-scheduler`` and ``demo``.
 
 The controller never calls these. They are plain async functions over an asyncpg pool or
 connection (both have ``fetch``/``fetchrow``/``fetchval``/``execute``), so that the shell
 (:mod:`reaper.cli`) needs no SQL of its own. The ``add_*`` functions write what a user's
 scheduler would write (CONTRACT.md §3: ``services``, ``tasks``, ``containers``, ``volumes``);
-the demo uses them as a stand-in scheduler.
+the demo and ``reaper try-scheduler`` use them as a stand-in scheduler.
 """
 
 from __future__ import annotations
@@ -238,3 +239,64 @@ async def running_tasks_on(db: Db, worker: str) -> list[str]:
         "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'running' ORDER BY id", worker
     )
     return [r["id"] for r in rows]
+
+
+# ---- the events timeline (``reaper events``) ---------------------------------------------
+
+
+class Event(NamedTuple):
+    """An ``events`` row (CONTRACT.md §3): one destroy, stop, reap, replacement, state change,
+    drain or orphan."""
+
+    id: int
+    at: datetime
+    worker: str | None
+    kind: str
+    handle: str | None
+    action: str
+    reason: str | None
+    actor: str | None
+
+
+async def events(
+    db: Db,
+    *,
+    worker: str | None = None,
+    kind: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    after_id: int = 0,
+    limit: int | None = None,
+) -> list[Event]:
+    """``events`` rows matching every filter given (``None``: any), oldest first.
+
+    Args:
+        since, until: bounds on ``at`` (inclusive, timezone-aware).
+        after_id: only rows with a larger ``id`` (``--follow`` passes the last one seen).
+        limit: at most this many rows, the newest ones (still returned oldest first).
+    """
+    rows = await db.fetch(
+        "SELECT * FROM (SELECT id, at, worker, kind, handle, action, reason, actor"
+        " FROM reaper.events WHERE id > $1"
+        " AND ($2::text IS NULL OR worker = $2) AND ($3::text IS NULL OR kind = $3)"
+        " AND ($4::text IS NULL OR action = $4)"
+        " AND ($5::timestamptz IS NULL OR at >= $5) AND ($6::timestamptz IS NULL OR at <= $6)"
+        " ORDER BY id DESC LIMIT $7) AS e ORDER BY id",
+        after_id,
+        worker,
+        kind,
+        action,
+        since,
+        until,
+        limit,
+    )
+    return [Event(*r.values()) for r in rows]
+
+
+async def running_workers(db: Db) -> list[str]:
+    """Names of the workers a scheduler may place tasks on now: ``running``, not draining."""
+    rows = await db.fetch(
+        "SELECT name FROM reaper.workers WHERE state = 'running' AND NOT draining ORDER BY name"
+    )
+    return [r["name"] for r in rows]

@@ -91,6 +91,7 @@ class WorkerLiveness:
                 beat.seq,
                 live.worker,
                 beat.boot_id,
+                extra={"worker": live.worker, "action": "ignored", "reason": "retired boot"},
             )
             return
         refused = self.gate.heartbeat(raw if isinstance(raw, dict) else {})
@@ -305,7 +306,8 @@ class WorkerLiveness:
     def _reject(self, reason: str) -> None:
         self.live.rejected += 1
         self.live.last_rejection = reason
-        workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason)
+        fields = {"worker": self.live.worker, "action": "rejected", "reason": reason}
+        workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason, extra=fields)
         if not workflow.unsafe.is_replaying():  # a replay must not count it again (§5.4)
             with workflow.unsafe.imports_passed_through():
                 from activities.metrics import count_rejected

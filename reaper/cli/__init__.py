@@ -24,5 +24,28 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """Console-script entry point: parse ``sys.argv`` and run the command."""
-    app()
+    """Console-script entry point: parse ``sys.argv`` and run the command.
+
+    A usage error (unknown flag, missing argument, bad value) is one line on standard
+    error, ``reaper: <what> (see `reaper COMMAND --help`)``, with exit status 2.
+    """
+    import sys
+
+    from typer import Abort
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        code = exc.exit_code
+    except UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "reaper"
+        print(f"reaper: {exc.format_message().rstrip('.')} (see `{where} --help`)", file=sys.stderr)
+        code = exc.exit_code
+    except ClickException as exc:
+        print(f"reaper: {exc.format_message()}", file=sys.stderr)
+        code = exc.exit_code
+    except Abort:
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

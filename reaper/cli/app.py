@@ -23,6 +23,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help: sentences rewrapped to the terminal, no type metavars such as <bool>, no
+    # truncated option names (rich's option tables cut them at 80 columns).
+    rich_markup_mode=None,
 )
 console = Console(soft_wrap=True)
 """Standard output of every command."""
@@ -36,13 +39,33 @@ ADDRESS_OPTION: Any = typer.Option(
     None,
     "--address",
     "--temporal-address",
-    help="Temporal host:port [env REAPER_TEMPORAL_ADDRESS; default 127.0.0.1:7233]",
+    metavar="HOST:PORT",
+    help="The Temporal frontend (env REAPER_TEMPORAL_ADDRESS; default 127.0.0.1:7233).",
 )
 NAMESPACE_OPTION: Any = typer.Option(
-    None, "--namespace", help="Temporal namespace [env REAPER_NAMESPACE]"
+    None,
+    "--namespace",
+    metavar="NAME",
+    help="The Temporal namespace (env REAPER_NAMESPACE; default default).",
 )
 TASK_QUEUE_OPTION: Any = typer.Option(
-    None, "--task-queue", help="controller task queue [env REAPER_TASK_QUEUE]"
+    None,
+    "--task-queue",
+    metavar="NAME",
+    help="The controller's task queue (env REAPER_TASK_QUEUE; default reaper).",
+)
+DATABASE_URL_OPTION: Any = typer.Option(
+    None,
+    "--database-url",
+    metavar="URL",
+    help="The postgresql:// URL of reaper's database (env REAPER_DATABASE_URL; default the "
+    "embedded Postgres of `reaper run`).",
+)
+STATE_DIR_OPTION: Any = typer.Option(
+    None,
+    "--state-dir",
+    metavar="DIR",
+    help="Where `reaper run` keeps the embedded Postgres (env REAPER_STATE_DIR; default .reaper).",
 )
 
 
@@ -82,10 +105,12 @@ def exit_now(code: int) -> NoReturn:
 
 
 def setup_logging(verbose: int) -> None:
-    """Log to standard error: 0 INFO (Temporal SDK warnings only), 1 also the agent's DEBUG
-    lines (one per beat), 2 or more DEBUG everywhere."""
-    level = logging.DEBUG if verbose > 1 else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Log to standard error (:mod:`reaper.logs`: readable on a terminal, JSON lines
+    otherwise): 0 INFO (Temporal SDK warnings only), 1 also the agent's DEBUG lines (one
+    per beat), 2 or more DEBUG everywhere."""
+    from reaper.logs import setup_logging as setup
+
+    setup(logging.DEBUG if verbose > 1 else logging.INFO)
     if verbose <= 1:
         logging.getLogger("temporalio").setLevel(logging.WARNING)
     if verbose == 1:

@@ -1,4 +1,12 @@
 """The ``reaper`` commands, one module each; importing a module registers its command on
 :data:`reaper.cli.app.app` (the order here is the order of ``reaper --help``)."""
 
-from reaper.cli.commands import agent, demo, drain, run, workers  # noqa: F401  (registers them)
+from reaper.cli.commands import (  # noqa: F401  (registers them)
+    agent,
+    demo,
+    drain,
+    events,
+    run,
+    trial,
+    workers,
+)

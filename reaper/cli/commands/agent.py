@@ -22,31 +22,41 @@ from reaper.cli.app import (
 )
 
 
-@app.command()
+@app.command(short_help="A reference agent: heartbeats a state directory to reaper.")
 def agent(
-    worker: str = typer.Option(..., "--worker", help="this worker's name"),
+    worker: str = typer.Option(..., "--worker", metavar="NAME", help="This worker's name."),
     state_dir: Path = typer.Option(
-        ..., "--state-dir", help="holds containers/, volumes/ and tasks/ (created if missing)"
+        ...,
+        "--state-dir",
+        metavar="DIR",
+        help="The directory holding containers/, volumes/ and tasks/ (created if missing).",
     ),
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     task_queue: str | None = TASK_QUEUE_OPTION,
     heartbeat_interval: str | None = typer.Option(
-        None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"
+        None,
+        metavar="DURATION",
+        help="How often to beat (env REAPER_HEARTBEAT_INTERVAL; default 10s).",
     ),
     retire_on_stop: bool = typer.Option(
         False,
         "--retire-on-stop",
-        help="on SIGTERM/SIGINT, send `retire` before exiting: for a host that is being removed "
-        "for good; without it a stop is a restart and reaps nothing",
+        help="On SIGTERM or Ctrl-C, send retire before exiting, for a host that is removed "
+        "for good. Without it a stop is a restart and reaps nothing.",
     ),
     verbose: int = typer.Option(
-        0, "--verbose", "-v", count=True, help="-v: one line per beat; -vv: everything"
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        help="Log more: -v one line per beat, -vv everything.",
+        show_default=False,
     ),
 ) -> None:
     """A reference agent: heartbeats the contents of STATE_DIR and applies what reaper says
     (assigned tasks are started, orphans removed). Runs until Ctrl-C or SIGTERM; exits 1 if
-    --retire-on-stop could not deliver its `retire`."""
+    --retire-on-stop could not deliver its retire signal."""
     from reaper.cli.agent import Agent, client_factory
     from reaper.core.contract import WORKER_NAME
 

@@ -7,10 +7,10 @@ import typer
 from reaper.cli.app import app, console, exit_now
 
 
-@app.command()
+@app.command(short_help="A finite end-to-end demo on a private stack (about 35 s).")
 def demo(
-    keep: bool = typer.Option(False, "--keep", help="keep the temporary state directory"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="show progress details"),
+    keep: bool = typer.Option(False, "--keep", help="Keep the temporary state directory."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show progress details."),
 ) -> None:
     """A finite end-to-end run on its own embedded stack (own ports, own temporary state):
     three agents, a missing volume destroyed after its TTL, a killed agent reaped and its task

@@ -2,13 +2,15 @@
 worker's liveness.
 
 Each refuses an unknown worker (no running ``liveness-WORKER``) with exit status 1; the
-signal carries ``{"reason": ..., "actor": $USER}`` (CONTRACT.md §2, §5.1).
+signal carries ``{"reason": ..., "actor": ...}`` (CONTRACT.md §2, §5.1), the actor being
+``$USER``, or ``operator`` when ``$USER`` is unset or empty.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import typer
 
@@ -32,6 +34,20 @@ from reaper.core.contract import (
     WORKER_NAME,
     liveness_id,
 )
+
+REASON_OPTION: Any = typer.Option(
+    ...,
+    "--reason",
+    metavar="TEXT",
+    help="Why, recorded in the events rows with the actor: $USER, or operator if $USER is "
+    "unset or empty.",
+)
+
+
+def operator_actor() -> str:
+    """Who an operator signal is recorded as: ``$USER``, or ``operator`` when it is unset or
+    empty."""
+    return os.environ.get("USER") or "operator"
 
 
 async def signal_worker(settings: Settings, worker: str, name: str, reason: str) -> str:
@@ -66,7 +82,7 @@ async def signal_worker(settings: Settings, worker: str, name: str, reason: str)
             f"unknown worker {worker!r}: liveness workflow {wf_id} is not running "
             f"({desc.status.name.lower() if desc.status else 'unknown'})"
         )
-    actor = os.environ.get("USER") or "operator"
+    actor = operator_actor()
     await handle.signal(name, {"reason": reason, "actor": actor})
     return actor
 
@@ -87,10 +103,10 @@ def _operator_signal(
     exit_now(0)
 
 
-@app.command("force-reap")
+@app.command("force-reap", short_help="Reap WORKER now and replace its tasks.")
 def force_reap(
-    worker: str = typer.Argument(..., help="worker name"),
-    reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
+    worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
+    reason: str = REASON_OPTION,
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
 ) -> None:
@@ -98,10 +114,10 @@ def force_reap(
     _operator_signal(FORCE_REAP_SIGNAL, worker, reason, address, namespace)
 
 
-@app.command()
+@app.command(short_help="Place nothing new on WORKER.")
 def drain(
-    worker: str = typer.Argument(..., help="worker name"),
-    reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
+    worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
+    reason: str = REASON_OPTION,
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
 ) -> None:
@@ -109,10 +125,10 @@ def drain(
     _operator_signal(DRAIN_SIGNAL, worker, reason, address, namespace)
 
 
-@app.command()
+@app.command(short_help="Let placements on WORKER resume.")
 def undrain(
-    worker: str = typer.Argument(..., help="worker name"),
-    reason: str = typer.Option(..., "--reason", help="why; recorded in the events row"),
+    worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
+    reason: str = REASON_OPTION,
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
 ) -> None:
@@ -120,10 +136,10 @@ def undrain(
     _operator_signal(UNDRAIN_SIGNAL, worker, reason, address, namespace)
 
 
-@app.command()
+@app.command(short_help="Take WORKER out of the fleet for good.")
 def retire(
-    worker: str = typer.Argument(..., help="worker name"),
-    reason: str = typer.Option(..., "--reason", help="why; recorded in the events rows"),
+    worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
+    reason: str = REASON_OPTION,
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
 ) -> None:

@@ -21,6 +21,7 @@ from reaper.cli.app import (
     fail,
     settings_from,
 )
+from reaper.logs import setup_logging
 
 if TYPE_CHECKING:
     from reaper.cli.stack import Stack
@@ -33,33 +34,75 @@ class _Stop(BaseException):
     """SIGTERM or SIGHUP: leave the main loop and stop the stack."""
 
 
-@app.command()
+@app.command(short_help="Run the controller on the embedded stack until Ctrl-C.")
 def run(
     temporal_address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     task_queue: str | None = TASK_QUEUE_OPTION,
     database_url: str | None = typer.Option(
-        None, help="postgresql:// URL; default: embedded Postgres [env REAPER_DATABASE_URL]"
+        None,
+        metavar="URL",
+        help="The postgresql:// URL of reaper's database (env REAPER_DATABASE_URL; default an "
+        "embedded Postgres under --state-dir).",
     ),
     heartbeat_interval: str | None = typer.Option(
-        None, help="e.g. 10s [REAPER_HEARTBEAT_INTERVAL]"
+        None,
+        metavar="DURATION",
+        help="How often agents beat (env REAPER_HEARTBEAT_INTERVAL; default 10s).",
     ),
-    stall_after: str | None = typer.Option(None, help="e.g. 30s [REAPER_STALL_AFTER]"),
-    lost_after: str | None = typer.Option(None, help="e.g. 5m [REAPER_LOST_AFTER]"),
-    missing_ttl: str | None = typer.Option(None, help="e.g. 5m [REAPER_MISSING_TTL]"),
-    creating_timeout: str | None = typer.Option(None, help="e.g. 1h [REAPER_CREATING_TIMEOUT]"),
+    stall_after: str | None = typer.Option(
+        None,
+        metavar="DURATION",
+        help="Silence after which a worker is stalled (env REAPER_STALL_AFTER; default 30s).",
+    ),
+    lost_after: str | None = typer.Option(
+        None,
+        metavar="DURATION",
+        help="Silence after which a worker is lost and reaped (env REAPER_LOST_AFTER; default 5m).",
+    ),
+    missing_ttl: str | None = typer.Option(
+        None,
+        metavar="DURATION",
+        help="How long a handle is missing before it is destroyed, or unknown before it is an "
+        "orphan (env REAPER_MISSING_TTL; default 5m).",
+    ),
+    creating_timeout: str | None = typer.Option(
+        None,
+        metavar="DURATION",
+        help="How long a row may stay creating (env REAPER_CREATING_TIMEOUT; default 1h).",
+    ),
     disruption_threshold: float | None = typer.Option(
-        None, help="fraction in (0, 1] [REAPER_DISRUPTION_THRESHOLD]"
+        None,
+        metavar="FRACTION",
+        help="The unhealthy fraction in (0, 1] at which automatic reaping stops "
+        "(env REAPER_DISRUPTION_THRESHOLD; default 0.55).",
     ),
-    resync_interval: str | None = typer.Option(None, help="e.g. 30s [REAPER_RESYNC_INTERVAL]"),
+    resync_interval: str | None = typer.Option(
+        None,
+        metavar="DURATION",
+        help="How often an unchanged report is diffed again (env REAPER_RESYNC_INTERVAL; "
+        "default 30s).",
+    ),
     dry_run: bool | None = typer.Option(
-        None, "--dry-run/--no-dry-run", help="record would-* events only [REAPER_DRY_RUN]"
+        None,
+        "--dry-run/--no-dry-run",
+        help="Decide but change nothing: write would-* events only (env REAPER_DRY_RUN).",
     ),
-    state_dir: str | None = typer.Option(None, help="state directory [REAPER_STATE_DIR; .reaper]"),
-    ui_port: int | None = typer.Option(None, help="Temporal Web UI port [REAPER_UI_PORT; 8233]"),
+    state_dir: str | None = typer.Option(
+        None,
+        metavar="DIR",
+        help="Where Temporal's file, Postgres' data and the logs live (env REAPER_STATE_DIR; "
+        "default .reaper).",
+    ),
+    ui_port: int | None = typer.Option(
+        None,
+        metavar="PORT",
+        help="The port of the Temporal Web UI (env REAPER_UI_PORT; default 8233).",
+    ),
 ) -> None:
-    """Run the controller on the embedded stack (Temporal dev server + Web UI, Postgres) until
-    Ctrl-C or SIGTERM, then stop everything."""
+    """Run the controller on the embedded stack (Temporal dev server with its Web UI, and
+    Postgres) until Ctrl-C or SIGTERM, then stop everything. Durations are seconds (30) or
+    strings such as 30s, 5m or 1h30m."""
     from reaper.cli.stack import Stack, StackError
 
     try:
@@ -81,7 +124,7 @@ def run(
         )
     except CliError as exc:
         fail(exc)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.WARNING)
 
     def on_signal(signum: int, _frame: object) -> None:
         raise _Stop()

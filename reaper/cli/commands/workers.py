@@ -20,7 +20,9 @@ from rich.table import Table
 
 from reaper.cli.app import (
     ADDRESS_OPTION,
+    DATABASE_URL_OPTION,
     NAMESPACE_OPTION,
+    STATE_DIR_OPTION,
     CliError,
     app,
     connect_temporal,
@@ -195,35 +197,38 @@ def print_overview(overview: dict[str, Any]) -> None:
         style = _FLEET_STYLE.get(fleet["state"], "")
         console.print(f"fleet: [{style}]{fleet['state']}[/] since {fleet['since']}")
     table = Table(title=f"{len(overview['workers'])} workers")
-    for col in ("worker", "state", "last heartbeat", "missing", "running tasks"):
-        table.add_column(col, justify="right" if col in ("missing", "running tasks") else "left")
+    numbers = ("missing", "orphans", "running tasks")
+    for col in ("worker", "state", "last heartbeat", *numbers):
+        table.add_column(col, justify="right" if col in numbers else "left")
     for w in overview["workers"]:
         if "error" in w:
-            table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "")
+            table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "", "")
             continue
         state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
         if w["draining"]:
             state += " [magenta](draining)[/]"
         tasks = "?" if w["running_tasks"] is None else str(w["running_tasks"])
-        table.add_row(w["worker"], state, age(w["age_s"]), str(w["missing"]), tasks)
+        table.add_row(
+            w["worker"], state, age(w["age_s"]), str(w["missing"]), str(w["orphans"]), tasks
+        )
     console.print(table)
     for note in overview["notes"]:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
-@app.command()
+@app.command(short_help="The fleet: one row per worker, with its state and counts.")
 def workers(
-    as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     show_all: bool = typer.Option(
-        False, "--all", help="also list retired workers (out of the fleet; hidden by default)"
+        False, "--all", help="Also list retired workers (out of the fleet, hidden by default)."
     ),
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
-    database_url: str | None = typer.Option(None, help="[env REAPER_DATABASE_URL]"),
-    state_dir: str | None = typer.Option(None, help="where the embedded Postgres lives"),
+    database_url: str | None = DATABASE_URL_OPTION,
+    state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
-    """The fleet: each worker's state, last heartbeat, missing handles and running tasks
-    (retired workers only with --all)."""
+    """The fleet: each worker's state, last heartbeat, missing handles, orphans and running
+    tasks, under the fleet's disruption state. Retired workers are listed only with --all."""
     try:
         settings = settings_from(
             temporal_address=address,

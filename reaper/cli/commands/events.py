@@ -1,0 +1,203 @@
+"""``reaper events``: the ``reaper.events`` timeline (CONTRACT.md §3), filtered, and followed.
+
+Rows are read through :mod:`activities.read` (the shell's read model); this module holds no
+SQL. ``--follow`` polls for rows with a larger id every :data:`FOLLOW_POLL_S` seconds until
+Ctrl-C or SIGTERM, which end it with status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from reaper.cli.app import (
+    DATABASE_URL_OPTION,
+    STATE_DIR_OPTION,
+    CliError,
+    app,
+    console,
+    exit_now,
+    fail,
+    settings_from,
+)
+from reaper.cli.commands.workers import find_database_url
+from reaper.core.config import ConfigError, parse_duration
+
+if TYPE_CHECKING:
+    from activities import read
+
+FOLLOW_POLL_S = 1.0
+"""``--follow`` asks Postgres for new rows this often (seconds)."""
+KINDS = ("container", "volume", "task", "worker")
+"""``events.kind`` values (CONTRACT.md §3)."""
+_ACTION_STYLE = {
+    "destroyed": "red",
+    "lost": "red",
+    "stopped": "yellow",
+    "orphan": "magenta",
+    "replaced": "green",
+    "placed": "green",
+    "state": "cyan",
+}
+
+
+def parse_when(value: str | None, now: datetime, flag: str) -> datetime | None:
+    """A time bound from the command line: a duration back from ``now`` (``10m``, ``90``,
+    ``1h30m``) or an ISO 8601 time (UTC if it names no zone); ``None`` if not given.
+
+    Raises:
+        CliError: neither form (the message names ``flag``).
+    """
+    if value is None:
+        return None
+    try:
+        return now - timedelta(seconds=parse_duration(value))
+    except (ConfigError, ValueError, TypeError):
+        pass
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise CliError(
+            f"{flag} {value!r}: give a duration such as 10m or 2h, or an ISO time such as "
+            "2026-12-01T18:00:00Z",
+            code=2,
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def as_json(e: read.Event) -> dict[str, Any]:
+    """An events row as a JSON-ready dict (``at`` in ISO 8601)."""
+    return {**e._asdict(), "at": e.at.isoformat()}
+
+
+def line(e: read.Event) -> str:
+    """An events row as one line of rich markup: time, worker, kind, action, handle, reason."""
+    style = _ACTION_STYLE.get(e.action.removeprefix("would-"), "")
+    action = f"[{style}]{e.action}[/]" if style else e.action
+    text = f"{e.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {e.worker or '-'}  {e.kind} {action}"
+    if e.handle and e.handle != e.worker:
+        text += f" {e.handle}"
+    if e.reason:
+        text += f"  [dim]{e.reason}[/]"
+    if e.actor:
+        text += f"  [dim](by {e.actor})[/]"
+    return text
+
+
+def show(rows: list[read.Event], json_lines: bool) -> None:
+    """Print rows, one line (or one JSON object) each, flushed at once."""
+    for e in rows:
+        if json_lines:
+            print(json.dumps(as_json(e)), flush=True)
+        else:
+            console.print(line(e), highlight=False, markup=True)
+
+
+async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, js: bool) -> None:
+    """Print the matching rows, then (``follow``) the new ones as they arrive.
+
+    Raises:
+        CliError: Postgres is unreachable or the schema is not there yet.
+    """
+    from activities import read
+
+    try:
+        conn = await read.open_connection(url, timeout_s=5)
+    except Exception as exc:
+        raise CliError(f"Postgres unreachable at {url.split('@')[-1]}: {exc}") from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if not await read.schema_ready(conn):
+            raise CliError("no reaper schema in this database yet (has the controller started?)")
+        rows = await read.events(conn, limit=limit or None, **filters)
+        show(rows, js)
+        last = rows[-1].id if rows else await _last_id(conn)
+        while follow and not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), FOLLOW_POLL_S)
+            except TimeoutError:
+                pass
+            rows = await read.events(conn, after_id=last, **filters)
+            show(rows, js)
+            last = rows[-1].id if rows else last
+    finally:
+        await conn.close()
+
+
+async def _last_id(conn: Any) -> int:
+    """With nothing shown yet, follow from the newest row of any kind (not from id 0)."""
+    from activities import read
+
+    newest = await read.events(conn, limit=1)
+    return newest[-1].id if newest else 0
+
+
+@app.command(short_help="The events timeline: destroys, reaps, state changes and orphans.")
+def events(
+    worker: str | None = typer.Option(None, "--worker", metavar="NAME", help="Only this worker."),
+    kind: str | None = typer.Option(
+        None, "--kind", metavar="KIND", help="Only this kind: container, volume, task or worker."
+    ),
+    action: str | None = typer.Option(
+        None,
+        "--action",
+        metavar="ACTION",
+        help="Only this action, such as destroyed, lost, replaced, state or orphan.",
+    ),
+    since: str | None = typer.Option(
+        None,
+        "--since",
+        metavar="WHEN",
+        help="Only rows at or after WHEN: a duration back from now (10m, 2h) or an ISO time.",
+    ),
+    until: str | None = typer.Option(
+        None, "--until", metavar="WHEN", help="Only rows at or before WHEN (as --since)."
+    ),
+    limit: int = typer.Option(
+        100, "--limit", metavar="N", help="Show the newest N matching rows; 0 shows them all."
+    ),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new rows as they arrive, until Ctrl-C."
+    ),
+    json_lines: bool = typer.Option(False, "--json", help="Print one JSON object per line."),
+    database_url: str | None = DATABASE_URL_OPTION,
+    state_dir: str | None = STATE_DIR_OPTION,
+) -> None:
+    """The timeline of reaper.events, oldest first: every destroy, stop, reap, replacement,
+    state change, drain and orphan, with its worker, handle, reason and actor. Filters
+    combine; --follow keeps printing new rows until Ctrl-C."""
+    try:
+        if kind is not None and kind not in KINDS:
+            raise CliError(f"--kind {kind!r}: use one of {', '.join(KINDS)}", code=2)
+        if limit < 0:
+            raise CliError("--limit must be 0 or more", code=2)
+        now = datetime.now(UTC)
+        filters = {
+            "worker": worker,
+            "kind": kind,
+            "action": action,
+            "since": parse_when(since, now, "--since"),
+            "until": parse_when(until, now, "--until"),
+        }
+        settings = settings_from(database_url=database_url, state_dir=state_dir)
+        url = find_database_url(settings)
+        if url is None:
+            raise CliError(
+                "Postgres not found: the embedded one is not running under "
+                f"{settings.state_dir} (is `reaper run` running? otherwise set "
+                "REAPER_DATABASE_URL or --database-url)"
+            )
+        asyncio.run(timeline(url, filters, limit, follow, json_lines))
+    except CliError as exc:
+        fail(exc)
+    except Exception as exc:
+        fail(CliError(f"events: {str(exc).splitlines()[0] if str(exc) else repr(exc)}"))
+    exit_now(0)

@@ -1,0 +1,272 @@
+"""``reaper events``, ``reaper try-scheduler`` and every command's help, run as real
+processes against a real Postgres (rows written by the controller's own events writer)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.base import write_events
+from reaper.core.contract import StateView
+from tests.support.controller import controller, make_settings
+from tests.support.heartbeats import beat, beats_handled, query_state, send
+from tests.support.polling import eventually
+
+
+def address(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+COMMANDS = [
+    "",
+    "run",
+    "agent",
+    "workers",
+    "events",
+    "try-scheduler",
+    "drain",
+    "undrain",
+    "retire",
+    "force-reap",
+    "demo",
+]
+
+
+def reaper(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``reaper ARGS`` in a fresh process, no ``REAPER_*`` variable or ``.env`` leaking in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    env["COLUMNS"] = "80"
+    return subprocess.run(
+        [sys.executable, "-m", "reaper.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).parent,
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_renders_at_80_columns_without_types_or_cut_words(command: str) -> None:
+    out = reaper(*([command] if command else []), "--help")
+    assert out.returncode == 0, out
+    text = out.stdout
+    body = "\n".join(ln for ln in text.splitlines() if not ln.startswith("Usage:"))
+    assert "<bool>" not in text and "…" not in text and "..." not in body, text
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    # Every option's help is a sentence: it ends with a full stop (or a [default]/[required]).
+    helps = re.findall(r"^  (?:-\w, )?--[\w-]+.*?(?=^  -|\Z)", text, flags=re.M | re.S)
+    assert helps, text
+    for entry in helps:
+        body = " ".join(entry.split())
+        assert re.search(r"[.)]\s*(\[[^\]]+\]\s*)*$", body), f"not a sentence: {body!r}"
+    if command in ("drain", "undrain", "retire", "force-reap"):
+        assert "$USER, or operator if $USER is unset" in " ".join(text.split())
+
+
+def test_errors_are_one_line() -> None:
+    for args, code in (
+        (["events", "--bogus"], 2),
+        (["drain"], 2),
+        (["events", "--since", "yesterday"], 2),
+        (["events", "--database-url", "postgresql://reaper@127.0.0.1:1/none"], 1),
+        (["try-scheduler", "--database-url", "postgresql://reaper@127.0.0.1:1/none"], 1),
+    ):
+        out = reaper(*args)
+        assert out.returncode == code, out
+        assert out.stderr.startswith("reaper: ") and out.stderr.count("\n") == 1, out.stderr
+        assert "Traceback" not in out.stderr
+
+
+async def _events(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await write_events(conn, "w1", "container", "destroyed", ["c-1"], "missing")
+        await write_events(conn, "w1", "worker", "state", ["w1"], "running -> stalled")
+        await write_events(conn, "w2", "task", "lost", ["t-1"], "disk failed", "alice")
+        await write_events(conn, "w2", "task", "replaced", ["t-2"], "replaces t-1")
+
+
+def _json_rows(out: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+    assert out.returncode == 0, out
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+async def test_events_filters_and_json(pool: asyncpg.Pool, db_url: str) -> None:
+    await _events(pool)
+    run = lambda *a: asyncio.to_thread(reaper, "events", "--database-url", db_url, *a)  # noqa: E731
+
+    rows = _json_rows(await run("--json"))
+    assert [(r["worker"], r["action"], r["handle"]) for r in rows] == [
+        ("w1", "destroyed", "c-1"),
+        ("w1", "state", "w1"),
+        ("w2", "lost", "t-1"),
+        ("w2", "replaced", "t-2"),
+    ]
+    assert set(rows[0]) == {"id", "at", "worker", "kind", "handle", "action", "reason", "actor"}
+    assert rows[2]["actor"] == "alice" and rows[2]["reason"] == "disk failed"
+
+    assert [r["handle"] for r in _json_rows(await run("--json", "--worker", "w2"))] == [
+        "t-1",
+        "t-2",
+    ]
+    assert [r["handle"] for r in _json_rows(await run("--json", "--kind", "task"))] == [
+        "t-1",
+        "t-2",
+    ]
+    assert [r["handle"] for r in _json_rows(await run("--json", "--action", "state"))] == ["w1"]
+    assert [r["handle"] for r in _json_rows(await run("--json", "--limit", "1"))] == ["t-2"]
+    assert len(_json_rows(await run("--json", "--since", "10m"))) == 4
+    assert _json_rows(await run("--json", "--until", "10m")) == []
+    assert len(_json_rows(await run("--json", "--since", "2000-01-01T00:00:00Z"))) == 4
+
+    out = await run()
+    assert out.returncode == 0, out
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4 and "w2" in lines[2] and "lost" in lines[2] and "alice" in lines[2]
+
+
+async def test_events_follow_prints_new_rows_and_ends_on_ctrl_c(
+    pool: asyncpg.Pool, db_url: str
+) -> None:
+    await _events(pool)
+    async with pool.acquire() as conn, conn.transaction():
+        await write_events(conn, "w3", "worker", "state", ["w3"], "new -> running")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    argv = ["events", "--database-url", db_url, "--follow", "--json", "--worker", "w3"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reaper.cli", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent,
+    )
+    assert proc.stdout is not None
+
+    async def next_row() -> dict[str, object]:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=20)
+        row: dict[str, object] = json.loads(line)
+        return row
+
+    try:
+        first = await next_row()  # the rows so far: it is up and following now
+        assert (first["worker"], first["action"]) == ("w3", "state")
+        async with pool.acquire() as conn, conn.transaction():
+            await write_events(conn, "w2", "volume", "destroyed", ["v-9"], "missing")
+            await write_events(conn, "w3", "container", "orphan", ["stray"], "unknown")
+        start = time.monotonic()
+        seen = await next_row()
+        assert (seen["worker"], seen["action"], seen["handle"]) == ("w3", "orphan", "stray")
+        assert time.monotonic() - start < 20
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.to_thread(proc.wait, 15) == 0
+        assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_try_scheduler_places_a_service_as_a_scheduler_would(
+    pool: asyncpg.Pool, db_url: str, tmp_path: Path
+) -> None:
+    await pool.execute(
+        "INSERT INTO reaper.workers (name, state, draining) VALUES"
+        " ('a1', 'running', false), ('a2', 'running', false), ('a3', 'running', true),"
+        " ('a4', 'lost', false)"
+    )
+    args = ("try-scheduler", "--database-url", db_url, "--count", "3")
+    out = await asyncio.to_thread(reaper, *args, "--agents-dir", str(tmp_path))
+    assert out.returncode == 0, out
+    assert "stand-in" in reaper("try-scheduler", "--help").stdout
+    assert await pool.fetchval("SELECT desired_count FROM reaper.services WHERE name = 'web'") == 3
+    tasks = await pool.fetch("SELECT id, worker, state FROM reaper.tasks ORDER BY id")
+    assert [tuple(r.values()) for r in tasks] == [
+        ("web-1", "a1", "pending"),
+        ("web-2", "a2", "pending"),
+        ("web-3", "a1", "pending"),
+    ]
+    for table, suffix in (("containers", "c"), ("volumes", "v")):
+        rows = await pool.fetch(f"SELECT handle, worker, state FROM reaper.{table} ORDER BY 1")
+        assert [tuple(r.values()) for r in rows] == [
+            (f"web-{i}-{suffix}", w, "created") for i, w in ((1, "a1"), (2, "a2"), (3, "a1"))
+        ]
+        for i, w in ((1, "a1"), (2, "a2"), (3, "a1")):
+            assert (tmp_path / w / table / f"web-{i}-{suffix}").exists()
+    again = await asyncio.to_thread(reaper, *args)
+    assert again.returncode == 1 and "exists already" in again.stderr, again
+    assert again.stderr.count("\n") == 1
+
+
+async def _state_or_none(client: Client, worker: str) -> StateView | None:
+    """The ``state`` query, or ``None`` before the first beat started the liveness."""
+    try:
+        return await query_state(client, worker)
+    except RPCError:
+        return None
+
+
+async def test_an_orphan_shows_in_events_and_workers_once(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, db_url: str
+) -> None:
+    """Through the real controller: a handle the worker keeps reporting, unknown to reaper,
+    becomes an orphan after MISSING_TTL: one ``orphan`` events row however many reports
+    follow, and a count in ``reaper workers --json``."""
+    client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
+    worker = f"orph-{uuid.uuid4().hex[:6]}"
+    timings = dict(heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=1)
+    stop = asyncio.Event()
+
+    async def agent_beats() -> None:  # as an agent that never deletes its orphans
+        seq = 0
+        while not stop.is_set():
+            await send(client, tq, beat(worker, seq, containers=["stray"], volumes=[], tasks=[]))
+            seq += 1
+            try:
+                await asyncio.wait_for(stop.wait(), timings["heartbeat_interval"])
+            except TimeoutError:
+                pass
+
+    async with controller(client, pool, make_settings(**timings, resync_interval=0.4), tq):
+        beats = asyncio.create_task(agent_beats())
+        try:
+            await eventually(
+                lambda: _state_or_none(client, worker),
+                lambda v: v is not None and v.orphans == ["stray"],
+                timeout=30,
+                what="stray listed as an orphan",
+            )
+            out = await asyncio.to_thread(
+                reaper, "workers", "--json", "--address", address(dev_env), "--database-url", db_url
+            )
+            assert out.returncode == 0, out
+            [row] = [r for r in json.loads(out.stdout)["workers"] if r["worker"] == worker]
+            assert row["orphans"] == 1
+            await beats_handled(client, worker, 15)  # many more reports of the same orphan
+        finally:
+            stop.set()
+            await beats
+    rows = await pool.fetch(
+        "SELECT kind, handle, action FROM reaper.events WHERE worker = $1 AND action = 'orphan'",
+        worker,
+    )
+    assert [tuple(r.values()) for r in rows] == [("container", "stray", "orphan")]
+    out = await asyncio.to_thread(
+        reaper, "events", "--database-url", db_url, "--worker", worker, "--action", "orphan"
+    )
+    assert out.returncode == 0 and "orphan stray" in out.stdout, out
