@@ -10,7 +10,7 @@ old history gives the same verdicts whatever the controller's settings are today
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     # process's module, not a sandboxed copy (a failed import there aborts the process).
     import cryptography.exceptions  # noqa: F401
 
+    from activities import ReaperActivities
     from reaper.core import signing
     from reaper.core.models import LivenessState
     from reaper.core.policy import auth
@@ -58,6 +59,19 @@ class Gate:
 
     def __init__(self, live: LivenessState) -> None:
         self.live = live
+
+    async def load_pin(self) -> None:
+        """Read the worker's pinned or enrolled key from Postgres if this run has none (a
+        first run, or one after a retirement) and authentication is on."""
+        live = self.live
+        if _mode(live) is AuthMode.off or live.agent_key is not None:
+            return
+        live.agent_key = await workflow.execute_local_activity_method(
+            ReaperActivities.load_agent_key,
+            live.worker,
+            start_to_close_timeout=timedelta(seconds=10),
+        )
+        live.agent_key_recorded = live.agent_key is not None
 
     def heartbeat(self, raw: dict[str, Any]) -> str | None:
         """Why this heartbeat may not speak for the worker, or ``None`` (accepted).

@@ -19,10 +19,10 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities, sealing
     from activities.types import StageChunk
-    from reaper.core.contract import KINDS, ReportChunk
+    from reaper.core.contract import KINDS, Heartbeat, ReportChunk
     from reaper.core.models import CollectorInput, LivenessState, Report, Staging, supersede
     from reaper.core.policy.collection import should_forward
-    from reaper.core.protocol import chunk_handles, payload_bytes
+    from reaper.core.protocol import chunk_handles, payload_bytes, report_digest
     from workflows.collector import HandleCollector
     from workflows.common import collector_id, run_activity, start_activity
 
@@ -77,6 +77,40 @@ class ReportIntake:
         )
         if decision.forward:
             live.unforwarded[kind] = report
+
+    def take(self, beat: Heartbeat, now: datetime, returned: bool) -> None:
+        """Offer the beat's complete reports (inline, digest-only or chunked) to the intake."""
+        for kind in KINDS:
+            handles = beat.report(kind)
+            if handles is not None:
+                self.offer(
+                    Report(
+                        kind=kind,
+                        handles=handles,
+                        taken_at=now,
+                        boot_id=beat.boot_id,
+                        digest=report_digest(handles),
+                    ),
+                    force=returned,
+                )
+            elif beat.digests and kind in beat.digests:
+                # "Unchanged, and this is its digest": a complete report if the controller
+                # holds that very report; otherwise liveness only (the agent resends).
+                known = self.known_report(kind, beat.digests[kind])
+                if known is not None:
+                    self.offer(
+                        known.model_copy(
+                            update={
+                                "taken_at": now,
+                                "boot_id": beat.boot_id,
+                                "also_seen": [],
+                                "restart_all": False,
+                            }
+                        ),
+                        force=returned,
+                    )
+        if beat.chunk is not None:
+            self.chunks.append((beat.chunk, now, beat.boot_id, returned))
 
     def known_report(self, kind: str, digest: str) -> Report | None:
         """The complete report of ``kind`` with ``digest`` that this liveness holds, if any."""

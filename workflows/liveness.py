@@ -29,10 +29,8 @@ with workflow.unsafe.imports_passed_through():
         WorkerState,
         liveness_id,
     )
-    from reaper.core.models import GcStatusInput, LivenessInput, LivenessState, Report
+    from reaper.core.models import GcStatusInput, LivenessInput, LivenessState
     from reaper.core.policy import liveness as policy
-    from reaper.core.policy.auth import AuthMode
-    from reaper.core.protocol import report_digest
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.common import (
         collector_id,
@@ -124,7 +122,7 @@ class WorkerLiveness:
         live.last_seq, live.last_heartbeat_at = beat.seq, now
         if returned:
             self._record_return(now)
-        self._take_reports(beat, now, returned)
+        self.intake.take(beat, now, returned)
 
     def _record_return(self, now: datetime) -> None:
         """The worker is back: running again, and only reports from now on decide (rule 4)."""
@@ -135,40 +133,6 @@ class WorkerLiveness:
         if not live.reap_forced:
             live.reap_request = None
         live.unforwarded.clear()
-
-    def _take_reports(self, beat: Heartbeat, now: datetime, returned: bool) -> None:
-        """Offer the beat's complete reports (inline, digest-only or chunked) to the intake."""
-        for kind in KINDS:
-            handles = beat.report(kind)
-            if handles is not None:
-                self.intake.offer(
-                    Report(
-                        kind=kind,
-                        handles=handles,
-                        taken_at=now,
-                        boot_id=beat.boot_id,
-                        digest=report_digest(handles),
-                    ),
-                    force=returned,
-                )
-            elif beat.digests and kind in beat.digests:
-                # "Unchanged, and this is its digest": a complete report if the controller
-                # holds that very report; otherwise liveness only (the agent resends).
-                known = self.intake.known_report(kind, beat.digests[kind])
-                if known is not None:
-                    self.intake.offer(
-                        known.model_copy(
-                            update={
-                                "taken_at": now,
-                                "boot_id": beat.boot_id,
-                                "also_seen": [],
-                                "restart_all": False,
-                            }
-                        ),
-                        force=returned,
-                    )
-        if beat.chunk is not None:
-            self.intake.chunks.append((beat.chunk, now, beat.boot_id, returned))
 
     @workflow.signal(name="force_reap")
     def force_reap(self, raw: Any) -> None:
@@ -258,13 +222,7 @@ class WorkerLiveness:
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=timedelta(seconds=10)
         )
-        if live.timings.agent_auth is not AuthMode.off and live.agent_key is None:
-            live.agent_key = await workflow.execute_local_activity_method(
-                ReaperActivities.load_agent_key,
-                live.worker,
-                start_to_close_timeout=timedelta(seconds=10),
-            )
-            live.agent_key_recorded = live.agent_key is not None
+        await self.gate.load_pin()
         early, self.early = self.early or [], None
         for handler, raw in early:
             handler(raw)

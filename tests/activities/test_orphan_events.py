@@ -13,6 +13,7 @@ import pytest
 from activities import ReaperActivities
 from activities.types import ReconcileInput
 from tests.support.controller import make_settings
+from tests.support.sealed import sealed
 
 TTL = 5.0
 
@@ -48,6 +49,7 @@ async def test_an_orphan_is_recorded_once_across_reruns(
             handles=handles,
             taken_at=start + timedelta(seconds=after_s),
             missing_ttl=TTL,
+            report=sealed("w1", kind, handles, start + timedelta(seconds=after_s)),
         )
 
     # First seen: unknown, not an orphan yet (MISSING_TTL has not passed), no row.
