@@ -7,12 +7,12 @@ tests also cross many run boundaries. Time is real: short timings, polled with d
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from tests.support.agents import Agents
 from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess
@@ -24,32 +24,6 @@ FAST = {
     "REAPER_MISSING_TTL": "4s",
     "REAPER_RESYNC_INTERVAL": "1s",
 }
-
-
-class Agents:
-    """Simulated agents heartbeating every second in the background."""
-
-    def __init__(self, client, task_queue: str) -> None:
-        self.client, self.tq = client, task_queue
-        self.reports: dict[str, dict] = {}
-        self.seq = 0
-        self._task: asyncio.Task | None = None
-
-    async def _loop(self) -> None:
-        while True:
-            self.seq += 1
-            for worker, reports in list(self.reports.items()):
-                with contextlib.suppress(Exception):
-                    await send(self.client, self.tq, beat(worker, self.seq, **reports))
-            await asyncio.sleep(1.0)
-
-    def __enter__(self) -> Agents:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
 
 
 @pytest.fixture
