@@ -50,7 +50,8 @@ async def test_record_histories(fleet):
     await _record(fleet)
 
 
-@pytest.mark.parametrize("name", ["liveness", "collector", "reap"])
+# collector: kinds in turn, before the `kinds-apart` patch; collector-kinds-apart: after it.
+@pytest.mark.parametrize("name", ["liveness", "collector", "collector-kinds-apart", "reap"])
 async def test_stored_history_replays_on_current_code(name):
     path = HISTORIES / f"{name}.json"
     history = WorkflowHistory.from_json(f"stored-{name}", path.read_text())
