@@ -67,7 +67,7 @@ class CollectionActivities(ActivityBase):
         """
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
         store = sql.DRY if dry else sql.ROWS
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.gc_pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, worker)
             skipped = policy.report_decides(
                 row["state"] if row else None, row["state_since"] if row else None, inp.taken_at
@@ -174,7 +174,7 @@ class CollectionActivities(ActivityBase):
         report since ``missing_since``, including the latest, lacked the handle (rule 4).
         """
         kind = inp.kind
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.gc_pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, inp.worker)
             fleet = await conn.fetchval(sql.FLEET_STATE)
             refused = policy.destroy_refused(row["state"] if row else None, fleet == "full")
