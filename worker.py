@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
@@ -49,7 +50,11 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     Raises:
         Unreachable: Temporal or Postgres not reachable within two minutes.
     """
-    pool = await create_pool(database_url(settings))
+    url = database_url(settings)
+    pool = await create_pool(url, timeouts=True)
+    # Garbage collection has connections of its own: a collection blocked on a locked table
+    # never holds those that heartbeats and reaps need (issue 11).
+    gc_pool = await create_pool(url, timeouts=True, max_size=8)
     try:
         applied = await migrate(pool)
         if applied:
@@ -60,7 +65,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             runtime=sdk_runtime(settings.sdk_metrics_port),
         )
         await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
-        acts = ReaperActivities(pool, settings)
+        acts = ReaperActivities(pool, settings, gc_pool=gc_pool)
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -71,9 +76,13 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             # default of 1,000, a fleet past 500 workers replays on every beat (BENCHMARKS.md
             # metric 6).
             max_cached_workflows=10_000,
+            # Replicas share the task queue; a workflow cached on a replica that died moves
+            # to another one after this long (README: "Several controllers").
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),
         )
         log.info(
-            "controller serving task queue %r in namespace %r",
+            "controller %s serving task queue %r in namespace %r",
+            client.identity,
             settings.task_queue,
             settings.namespace,
         )
@@ -81,6 +90,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             await start_fleet_monitor(client, acts, settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
+        await gc_pool.close()
         await pool.close()
 
 

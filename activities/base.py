@@ -30,13 +30,20 @@ class ActivityBase:
     """Holds the asyncpg pool and settings; keeps no per-call state (activities run concurrently).
 
     Args:
-        pool: an open asyncpg pool on the reaper database (schema ``reaper`` migrated).
+        pool: an open asyncpg pool on the reaper database (schema ``reaper`` migrated), for
+            heartbeats, reaps and the fleet.
         settings: controller settings; activities read only dry-run and thresholds from it.
+        gc_pool: a pool of its own for garbage collection (``reconcile_report``,
+            ``destroy_missing``), so that collections blocked on a locked table never hold
+            the connections heartbeats and reaps need (issue 11); ``pool`` when omitted.
     """
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, settings: Settings, gc_pool: asyncpg.Pool | None = None
+    ) -> None:
         self.pool = pool
         self.settings = settings
+        self.gc_pool = gc_pool if gc_pool is not None else pool
 
 
 async def write_events(

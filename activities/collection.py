@@ -104,7 +104,7 @@ class CollectionActivities(ActivityBase):
             return ReconcileResult(skipped=unsealed)
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
         store = sql.DRY if dry else sql.ROWS
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.gc_pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, worker)
             skipped = policy.report_decides(
                 row["state"] if row else None, row["state_since"] if row else None, inp.taken_at
@@ -244,7 +244,7 @@ class CollectionActivities(ActivityBase):
         if unsealed is not None:
             log.warning("destroy for %s %s refused: %s", inp.worker, kind, unsealed)
             return DestroyResult(refused=unsealed)
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.gc_pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, inp.worker)
             fleet = await conn.fetchval(sql.FLEET_STATE)
             refused = policy.destroy_refused(row["state"] if row else None, fleet == "full")

@@ -23,14 +23,48 @@ CONNECT_DEADLINE_S = 120.0
 """How long to keep retrying an unreachable Postgres at start (CONTRACT.md §1: two minutes)."""
 
 
+STATEMENT_TIMEOUT_S = 10.0
+"""Postgres ``statement_timeout`` of the controller's connections: a statement running longer
+is cancelled, so an activity attempt never outlives its ``start_to_close`` (15 s) in Postgres."""
+LOCK_TIMEOUT_S = 3.0
+"""Postgres ``lock_timeout``: a statement waiting this long for a lock (a table locked by a
+``VACUUM FULL``, a migration, a stuck transaction) fails, releasing its connection; the
+activity is retried with backoff (issue 11: one locked table must not hold the controller's
+connections)."""
+TRANSACTION_TIMEOUT_S = 12.0
+"""Postgres ``transaction_timeout`` (PostgreSQL 17 and later): a transaction open this long is
+ended by the server, so an attempt that timed out cannot commit after its retry started."""
+
+
+def session_timeouts(server_version: int) -> dict[str, str]:
+    """The ``server_settings`` that bound every statement, lock wait and transaction of a
+    controller connection, in milliseconds (``transaction_timeout`` only where the server,
+    ``server_version`` as in ``SHOW server_version_num``, knows it: 170000 and later)."""
+    settings = {
+        "statement_timeout": str(int(STATEMENT_TIMEOUT_S * 1000)),
+        "lock_timeout": str(int(LOCK_TIMEOUT_S * 1000)),
+    }
+    if server_version >= 170000:
+        settings["transaction_timeout"] = str(int(TRANSACTION_TIMEOUT_S * 1000))
+    return settings
+
+
 class Unreachable(Exception):
     """A service could not be reached within the start deadline; the message says which."""
 
 
 async def create_pool(
-    url: str, *, deadline_s: float = CONNECT_DEADLINE_S, min_size: int = 1, max_size: int = 10
+    url: str,
+    *,
+    deadline_s: float = CONNECT_DEADLINE_S,
+    min_size: int = 1,
+    max_size: int = 10,
+    timeouts: bool = False,
 ) -> asyncpg.Pool:
     """Open an asyncpg pool, retrying with backoff until ``deadline_s`` seconds have passed.
+
+    With ``timeouts``, every connection runs under :func:`session_timeouts` (the controller's
+    pools); without, as the server is configured (the CLI, the demo).
 
     Raises:
         Unreachable: Postgres did not accept a connection in time (the last error is named).
@@ -41,8 +75,19 @@ async def create_pool(
     delay = 0.2
     while True:
         try:
+            server_settings = None
+            if timeouts:
+                probe = await asyncpg.connect(url)
+                try:
+                    server_settings = session_timeouts(probe.get_server_version().major * 10000)
+                finally:
+                    await probe.close()
             return await asyncpg.create_pool(
-                url, min_size=min_size, max_size=max_size, command_timeout=30
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                command_timeout=30,
+                server_settings=server_settings,
             )
         except (asyncpg.InvalidPasswordError, asyncpg.InvalidCatalogNameError):
             raise
@@ -69,6 +114,12 @@ async def migrate(pool: asyncpg.Pool) -> list[str]:
     (``activities.sealing``); returns the names applied (empty when up to date)."""
     applied: list[str] = []
     async with pool.acquire() as conn:
+        # A replica starting beside another waits for its migrations, however long they take
+        # (the pool's connections are reset to their own timeouts on release).
+        await conn.execute(
+            "SELECT set_config(name, '0', false) FROM pg_settings WHERE name IN"
+            " ('statement_timeout', 'lock_timeout', 'transaction_timeout')"
+        )
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
         try:
             await conn.execute(

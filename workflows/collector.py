@@ -4,13 +4,16 @@ For each complete report the liveness forwards, it reconciles (marks newly missi
 clears returned ones), then destroys what has been missing for ``MISSING_TTL`` on the
 evidence of that fresh report. Between reports it waits out the TTL with a durable timer;
 when one falls due it asks the liveness for the next report, so a destroy always follows a
-recheck against a report received after the TTL ran out (CONTRACT.md rule 4). Reports are
-processed one at a time, in order, so no destroy races a reconcile. The rules themselves are
+recheck against a report received after the TTL ran out (CONTRACT.md rule 4). Reports of a
+kind are processed one at a time, in order, so no destroy races a reconcile of its kind; the
+kinds are collected apart, concurrently, so one slow table (a lock held on ``volumes``) never
+stalls the containers' collection (issue 11, Concourse #4152). The rules themselves are
 ``reaper.core.policy.collection``'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,6 +39,9 @@ with workflow.unsafe.imports_passed_through():
         tell_placed,
     )
 
+KINDS_APART = "kinds-apart"
+"""Patch: each kind is collected on its own, so one blocked kind never stalls the others."""
+
 
 @workflow.defn(name="HandleCollector")
 class HandleCollector:
@@ -46,6 +52,7 @@ class HandleCollector:
         self.inp = inp
         self.gc = inp.carried or CollectorState()
         self.busy = False
+        self.collecting: dict[str, asyncio.Task[None]] = {}  # kind -> its collection in flight
         self.stopping = False
         self.report(inp.queued)
 
@@ -69,7 +76,7 @@ class HandleCollector:
     @workflow.query(name="backlog")
     def backlog(self) -> int:
         """Reports queued or being processed (0 when the collector is idle)."""
-        return len(self.gc.queue) + (1 if self.busy else 0)
+        return len(self.gc.queue) + len(self.collecting) + (1 if self.busy else 0)
 
     @workflow.query(name="processed")
     def processed_reports(self) -> int:
@@ -90,19 +97,21 @@ class HandleCollector:
         )
         while True:
             await self._wait_for_report_or_due()
-            if self.stopping:  # between activities: nothing is left in flight
+            self._reap_finished()
+            if self.stopping and not self.collecting:  # nothing is left in flight
                 await signal_quietly(liveness_id(inp.worker), "gc_stopped", None)
                 return
-            for kind in KINDS:
-                report = self.gc.queue.pop(kind, None)
-                if report is not None:
-                    self.busy = True
-                    try:
-                        await self._collect(report)
-                    finally:
-                        self.busy = False
-                        self.gc.processed += 1
-            if should_continue_as_new() and not self.gc.queue:
+            if self.stopping:
+                await workflow.wait_condition(self._any_finished)
+                continue
+            if workflow.patched(KINDS_APART):
+                for kind in KINDS:
+                    if kind in self.gc.queue and kind not in self.collecting:
+                        report = self.gc.queue.pop(kind)
+                        self.collecting[kind] = asyncio.create_task(self._collect(report))
+            else:
+                await self._collect_in_turn()
+            if should_continue_as_new() and not self.gc.queue and not self.collecting:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     CollectorInput(worker=inp.worker, timings=t, carried=self.gc)
@@ -113,14 +122,14 @@ class HandleCollector:
         waiting = {k: d for k, d in self.gc.due.items() if k not in self.gc.asked}
         if not waiting:
             await workflow.wait_condition(
-                lambda: bool(self.gc.queue) or self.stopping or should_continue_as_new()
+                lambda: self._woken() or (should_continue_as_new() and not self.collecting)
             )
             return
         timeout = (min(waiting.values()) - workflow.now()).total_seconds()
         if timeout > 0:
             try:
                 await workflow.wait_condition(
-                    lambda: bool(self.gc.queue) or self.stopping,
+                    self._woken,
                     timeout=timeout,
                     timeout_summary=f"missing TTL: {', '.join(sorted(waiting))} due",
                 )
@@ -132,6 +141,35 @@ class HandleCollector:
             if due <= now:
                 self.gc.asked.append(kind)
                 await signal_quietly(liveness_id(self.inp.worker), "want_report", kind)
+
+    def _woken(self) -> bool:
+        """A queued report whose kind is not being collected, a finished collection, or a stop."""
+        ready = any(kind not in self.collecting for kind in self.gc.queue)
+        return ready or self._any_finished() or self.stopping
+
+    def _any_finished(self) -> bool:
+        return any(task.done() for task in self.collecting.values())
+
+    def _reap_finished(self) -> None:
+        """Forget finished collections; a collection that raised fails this workflow task
+        (retried by Temporal, as an exception in the loop itself would be)."""
+        for kind, task in list(self.collecting.items()):
+            if task.done():
+                del self.collecting[kind]
+                self.gc.processed += 1
+                task.result()
+
+    async def _collect_in_turn(self) -> None:
+        """Before ``KINDS_APART``: one kind after another (histories recorded before it)."""
+        for kind in KINDS:
+            report = self.gc.queue.pop(kind, None)
+            if report is not None:
+                self.busy = True
+                try:
+                    await self._collect(report)
+                finally:
+                    self.busy = False
+                    self.gc.processed += 1
 
     async def _collect(self, r: Report) -> None:
         """Reconcile one report; destroy what is due on its evidence; tell the liveness."""

@@ -138,6 +138,10 @@ class Settings(BaseSettings):
     is 0.1/s; reaper reaps tasks, not nodes, so its default is higher)."""
     reap_burst: int = 10
     """Automatic reaps allowed at once before ``reap_rate`` applies (token bucket size)."""
+    sticky_timeout: Seconds = 5.0
+    """How long a workflow task waits on the sticky queue of the replica that has the workflow
+    cached before any replica may take it (the SDK's ``sticky_queue_schedule_to_start_timeout``,
+    10 s by default): the bound on how long a SIGKILLed replica's workflows wait to move."""
     state_dir: str = ".reaper"
     ui_port: int = 8233
     metrics_port: int = 9464
@@ -200,6 +204,10 @@ class Settings(BaseSettings):
             except ValueError as exc:
                 raise ValueError(f"REAPER_OPERATOR_KEYS_FILE: {exc}") from None
             self.operator_keys = tuple(dict.fromkeys(self.operator_keys + extra))
+        if self.sticky_timeout <= 0:
+            raise ValueError(
+                f"REAPER_STICKY_TIMEOUT must be greater than 0, got {self.sticky_timeout:g}"
+            )
         if self.reap_burst < 1:
             raise ValueError(f"REAPER_REAP_BURST must be at least 1, got {self.reap_burst}")
         for name, port in (

@@ -12,7 +12,8 @@ import uuid
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from tests.support.heartbeats import Agents, beat, beats_handled, query_state, send
+from tests.support.agents import Agents
+from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess
 

@@ -14,7 +14,8 @@ import uuid
 from prometheus_client.parser import text_string_to_metric_families
 
 from reaper.cli.processes import free_port
-from tests.support.heartbeats import Agents, beat, send
+from tests.support.agents import Agents
+from tests.support.heartbeats import beat, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
@@ -95,30 +93,3 @@ async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0)
         what=f"reports of {worker} reconciled",
     )
     return st
-
-
-class Agents:
-    """Simulated agents heartbeating every second in the background: ``reports`` maps each
-    beating worker to its report lists (``{"volumes": [...]}``); delete a worker to silence it."""
-
-    def __init__(self, client, task_queue: str) -> None:
-        self.client, self.tq = client, task_queue
-        self.reports: dict[str, dict] = {}
-        self.seq = 0
-        self._task: asyncio.Task | None = None
-
-    async def _loop(self) -> None:
-        while True:
-            self.seq += 1
-            for worker, reports in list(self.reports.items()):
-                with contextlib.suppress(Exception):
-                    await send(self.client, self.tq, beat(worker, self.seq, **reports))
-            await asyncio.sleep(1.0)
-
-    def __enter__(self) -> Agents:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()

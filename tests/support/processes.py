@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -48,9 +49,17 @@ class ChildProcess:
 class ControllerProcess(ChildProcess):
     """``python worker.py`` as a child process that a test can SIGKILL and restart."""
 
-    def __init__(self, address: str, db_url: str, log: Path, timings: dict[str, str]) -> None:
-        """``timings``: ``REAPER_*`` variables (short timings) for the controller."""
-        self.task_queue = f"tq-{uuid.uuid4().hex[:8]}"
+    def __init__(
+        self,
+        address: str,
+        db_url: str,
+        log: Path,
+        timings: dict[str, str],
+        task_queue: str | None = None,
+    ) -> None:
+        """``timings``: ``REAPER_*`` variables (short timings) for the controller;
+        ``task_queue``: another replica's, to share its work (a fresh one when omitted)."""
+        self.task_queue = task_queue or f"tq-{uuid.uuid4().hex[:8]}"
         self.env = {
             **os.environ,
             # No metrics endpoints unless a test asks (``timings``): controllers of parallel
@@ -76,6 +85,14 @@ class ControllerProcess(ChildProcess):
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+
+    @property
+    def identity(self) -> str:
+        """The Temporal identity of the running process (the SDK's default, ``pid@host``),
+        as recorded in the ``WorkflowTaskStarted`` and ``ActivityTaskStarted`` events it
+        handled."""
+        assert self.proc is not None
+        return f"{self.proc.pid}@{socket.gethostname()}"
 
     def tail(self, lines: int = 40) -> str:
         """The log's last lines, without tracebacks and the SDK's connection-retry noise."""

@@ -52,7 +52,8 @@ async def test_record_histories(fleet):
     await _record(fleet)
 
 
-@pytest.mark.parametrize("name", ["liveness", "collector", "reap"])
+# collector: kinds in turn, before the `kinds-apart` patch; collector-kinds-apart: after it.
+@pytest.mark.parametrize("name", ["liveness", "collector", "collector-kinds-apart", "reap"])
 async def test_stored_history_replays_on_current_code(name):
     path = HISTORIES / f"{name}.json"
     raw = path.read_text()
