@@ -25,6 +25,7 @@ from activities.db import (
 from activities.types import DestroyInput
 from reaper.core.config import Settings
 from tests.support.polling import eventually
+from tests.support.sealed import sealed
 from workflows.common import ACTIVITY_TIMEOUT
 
 WORKER = "w1"
@@ -47,11 +48,16 @@ async def bounded(db_url: str, pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool
 
 
 def destroy_input() -> DestroyInput:
+    """A destroy as the collector sends it: a sealed report that lacked the volumes, taken
+    now, and the cutoff that follows from it and the controller's ``MISSING_TTL``."""
+    taken_at = datetime.now(UTC)
+    ttl = Settings(_env_file=None).missing_ttl
     return DestroyInput(
         worker=WORKER,
         kind="volumes",
-        cutoff=datetime.now(UTC) - timedelta(seconds=60),
-        missing_ttl=60,
+        cutoff=taken_at - timedelta(seconds=ttl),
+        missing_ttl=ttl,
+        report=sealed(WORKER, "volumes", [], taken_at),
     )
 
 
