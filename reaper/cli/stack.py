@@ -167,12 +167,14 @@ class Stack:
     def controller_env(self) -> dict[str, str]:
         """The controller's environment: every setting as ``REAPER_*``, addresses resolved."""
         env = dict(os.environ)
-        for name, value in self.settings.model_dump().items():
+        for name, value in self.settings.model_dump(mode="json").items():
             if value is None:
                 continue
-            env[f"REAPER_{name.upper()}"] = (
-                str(value).lower() if isinstance(value, bool) else str(value)
-            )
+            if isinstance(value, bool):
+                value = str(value).lower()
+            elif isinstance(value, list):  # operator keys
+                value = ",".join(value)
+            env[f"REAPER_{name.upper()}"] = str(value)
         env["REAPER_TEMPORAL_ADDRESS"] = self.temporal_address
         env["REAPER_DATABASE_URL"] = self.database_url
         env["REAPER_STATE_DIR"] = str(self.state_dir)
