@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from activities.changes import ChangeActivities
 from activities.collection import CollectionActivities
 from activities.fleet import FleetActivities
 from activities.keys import KeyActivities
@@ -20,6 +21,7 @@ class ReaperActivities(
     ReapActivities,
     RetireActivities,
     FleetActivities,
+    ChangeActivities,
     StagingActivities,
     KeyActivities,
 ):
@@ -33,6 +35,7 @@ class ReaperActivities(
             self.set_draining,
             self.fleet_status,
             self.fleet_upkeep,
+            self.nudge_changed,
             self.worker_record,
             self.retire_worker,
             self.reconcile_report,

@@ -105,6 +105,7 @@ class CollectionActivities(ActivityBase):
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
         store = sql.DRY if dry else sql.ROWS
         async with self.gc_pool.acquire() as conn, conn.transaction():
+            await conn.execute(sql.COLLECTING)
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, worker)
             skipped = policy.report_decides(
                 row["state"] if row else None, row["state_since"] if row else None, inp.taken_at
@@ -156,6 +157,9 @@ class CollectionActivities(ActivityBase):
                 f"reported but unknown for {inp.missing_ttl:g}s (MISSING_TTL)",
             )
             orphans = [r["handle"] for r in unknown]
+            pending = await conn.fetchval(sql.NEXT_ORPHAN, worker, kind, cutoff)
+            if pending is not None:
+                result.status.orphan_due = pending + timedelta(seconds=inp.missing_ttl)
             if kind == "tasks":
                 reaped = await _column(conn, sql.REAPED_REPORTED_TASKS, worker)
                 await _record_orphans(
@@ -245,6 +249,7 @@ class CollectionActivities(ActivityBase):
             log.warning("destroy for %s %s refused: %s", inp.worker, kind, unsealed)
             return DestroyResult(refused=unsealed)
         async with self.gc_pool.acquire() as conn, conn.transaction():
+            await conn.execute(sql.COLLECTING)
             row = await conn.fetchrow(sql.WORKER_FOR_SHARE, inp.worker)
             fleet = await conn.fetchval(sql.FLEET_STATE)
             refused = policy.destroy_refused(row["state"] if row else None, fleet == "full")

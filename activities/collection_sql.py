@@ -129,6 +129,12 @@ UNKNOWN = per_kind(
     " SELECT x.handle, x.first_seen FROM reaper.unknown_handles x JOIN u ON u.h = x.handle"
     " WHERE x.worker = $1 AND x.kind = $2 AND x.first_seen <= $4 ORDER BY x.handle"
 )
+NEXT_ORPHAN = (
+    "SELECT min(first_seen) FROM reaper.unknown_handles"
+    " WHERE worker = $1 AND kind = $2 AND first_seen > $3"
+)
+"""$3 the orphan cutoff: when the oldest unknown handle that is not an orphan yet was first
+reported (it becomes one ``MISSING_TTL`` later; the collector asks for a report then)."""
 DESTROY = {
     kind: (
         f"DELETE FROM {table} WHERE worker = $1 AND missing_since IS NOT NULL"
@@ -189,5 +195,8 @@ ASSIGNMENTS = (
     "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'pending' ORDER BY created_at, id"
 )
 """``pending`` tasks placed on the worker, for its agent to start."""
+COLLECTING = "SET LOCAL reaper.collecting = on"
+"""The collector's transactions say so: their writes follow a diff already and are not fed
+back into the change feed (``reaper.row_changes``, migration 007)."""
 WORKER_FOR_SHARE = "SELECT state, state_since FROM reaper.workers WHERE name = $1 FOR SHARE"
 FLEET_STATE = "SELECT state FROM reaper.fleet WHERE id = 1"

@@ -85,7 +85,8 @@ class HandleCollector:
 
     @workflow.query(name="due")
     def due_times(self) -> dict[str, datetime]:
-        """Per kind, when the oldest missing handle falls due (UTC)."""
+        """Per kind, when it next needs a fresh report (UTC): its oldest missing handle falls
+        due, or an unknown handle becomes an orphan (``KindStatus.recheck_at``)."""
         return dict(self.gc.due)
 
     @workflow.run
@@ -217,7 +218,7 @@ class HandleCollector:
         status = res.status
         if policy.is_due(status.next_due, r.taken_at):
             status = await self._destroy_due(r, status)
-        self._set_due(r.kind, status.next_due)
+        self._set_due(r.kind, status.recheck_at())
         await self._report_status(
             GcStatusInput(kind=r.kind, status=status, assignments=res.assignments)
         )
@@ -243,12 +244,10 @@ class HandleCollector:
             workflow.logger.info("destroy on %s refused: %s", worker, done.refused)
             later = workflow.now() + timedelta(seconds=t.stall_after)
             assert status.next_due is not None
-            return KindStatus(
-                missing=status.missing, orphans=status.orphans, next_due=max(status.next_due, later)
-            )
+            return status.model_copy(update={"next_due": max(status.next_due, later)})
         await tell_placed(done.replacements)
-        return KindStatus(
-            missing=done.status.missing, next_due=done.status.next_due, orphans=status.orphans
+        return status.model_copy(
+            update={"missing": done.status.missing, "next_due": done.status.next_due}
         )
 
     def _set_due(self, kind: str, due: datetime | None) -> None:

@@ -34,6 +34,10 @@ HISTORY_CAP = 8_000
 """Continue-as-new at this many events even if the server has not suggested it yet, so no
 run nears Temporal's hard limit of 51,200 events (TEMPORAL.md)."""
 
+CHANGE_FEED = "change-feed"
+"""Patch: the fleet monitor reads the change feed and nudges changed workers, and unchanged
+reports are re-diffed every ``FULL_RESYNC_INTERVAL`` instead of every ``RESYNC_INTERVAL``."""
+
 R = TypeVar("R")
 
 

@@ -4,7 +4,8 @@ Every heartbeat interval it re-reads the fleet's disruption state (computed in P
 whenever a worker changes state, ``activities/fleet.py`` ``refresh_fleet``) and shows it as
 the workflow's current details and memo and in the ``fleet`` query; and it runs the fleet's
 upkeep: owed replacements placed on workers that became available (§5.1), stray tasks on
-lost or retired workers reaped; the workers that received work are told at once.
+lost or retired workers reaped; the workers that received work are told at once; and the
+change feed read: each worker whose rows changed is asked for a diff (activities/changes.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView
     from reaper.core.models import Timings
-    from workflows.common import run_activity, should_continue_as_new, tell_placed
+    from workflows.common import CHANGE_FEED, run_activity, should_continue_as_new, tell_placed
 
 
 @workflow.defn(name="FleetMonitor")
@@ -63,6 +64,10 @@ class FleetMonitor:
                 summary="place owed work, reap strays",
             )
             await tell_placed(upkeep.placed)
+            if workflow.patched(CHANGE_FEED):
+                await run_activity(
+                    ReaperActivities.nudge_changed, None, summary="ask changed workers for a diff"
+                )
             if should_continue_as_new():
                 workflow.continue_as_new(timings)
             await workflow.sleep(

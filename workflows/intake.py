@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.policy.collection import should_forward
     from reaper.core.protocol import chunk_handles, payload_bytes, report_digest
     from workflows.collector import HandleCollector
-    from workflows.common import collector_id, run_activity, start_activity
+    from workflows.common import CHANGE_FEED, collector_id, run_activity, start_activity
 
 STAGE_PARALLEL = 4
 """Chunks of one report staged at once (each holds a Postgres connection meanwhile)."""
@@ -64,19 +64,33 @@ class ReportIntake:
             if queued.digest != report.digest or force:
                 live.unforwarded[kind] = supersede(queued, report)
             return
-        timings = live.timings
         decision = should_forward(
             report.digest,
             live.forwarded_digest.get(kind),
             report.taken_at,
             live.forwarded_at.get(kind),
-            # Half a heartbeat early: beats come at near-multiples of the interval, so the
-            # decision never sits on a boundary that a replay could see a few ms apart.
-            (timings.resync_interval - timings.heartbeat_interval / 2) if timings else 0.0,
+            self._resync_after(),
             kind in live.wanted or force,
         )
         if decision.forward:
             live.unforwarded[kind] = report
+
+    def _resync_after(self) -> float:
+        """Seconds after which an unchanged report is diffed again although nothing asked.
+
+        Changes to the worker's rows ask for a diff through the change feed (``nudge``), so
+        this is only the safety net, ``FULL_RESYNC_INTERVAL``; runs recorded before the
+        change feed resynced every ``RESYNC_INTERVAL``. Half a heartbeat early: beats come
+        at near-multiples of the interval, so the decision never sits on a boundary that a
+        replay could see a few ms apart.
+        """
+        t = self.live.timings
+        if t is None:
+            return 0.0
+        every = t.resync_interval
+        if t.full_resync_interval is not None and workflow.patched(CHANGE_FEED):
+            every = t.full_resync_interval
+        return every - t.heartbeat_interval / 2
 
     def take(self, beat: Heartbeat, now: datetime, returned: bool) -> None:
         """Offer the beat's complete reports (inline, digest-only or chunked) to the intake."""

@@ -192,9 +192,11 @@ class WorkerLiveness:
             self.live.wanted.append(kind)
 
     @workflow.signal(name="nudge")
-    def resync_requested(self, _: Any = None) -> None:
-        """Postgres changed for this worker (a placement): reconcile its next reports."""
-        for kind in KINDS:
+    def resync_requested(self, kinds: Any = None) -> None:
+        """Postgres changed for this worker (a placement, the change feed): reconcile its next
+        reports of ``kinds`` (a list of kind names; every kind when absent)."""
+        wanted = [k for k in kinds if k in KINDS] if isinstance(kinds, list) else KINDS
+        for kind in wanted:
             self.want_report(kind)
 
     @workflow.signal(name="gc_stopped")

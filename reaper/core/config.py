@@ -123,8 +123,17 @@ class Settings(BaseSettings):
     (``#`` comments allowed), for secrets mounted as files (Compose, Kubernetes)."""
     # Beyond the contract (project's own design):
     resync_interval: Seconds = 30.0
-    """An unchanged report is still diffed against the database this often, so rows the
-    scheduler inserted for a worker that never had them get marked (seconds)."""
+    """CONTRACT.md §5.3: a change to a worker's rows (the scheduler's insert, a state change,
+    a move or a delete) is diffed against the worker's next complete report within
+    ``RESYNC_INTERVAL + 2 x HEARTBEAT_INTERVAL``. reaper meets it with a change feed (triggers
+    on the handle tables, read by the fleet monitor every heartbeat interval), not by
+    re-diffing every unchanged report: an unchanged report of unchanged rows is a no-op diff
+    (seconds; at least ``heartbeat_interval``)."""
+    full_resync_interval: Seconds = 600.0
+    """Safety net beside the change feed: an unchanged complete report is diffed against
+    Postgres at least this often even when no change to its rows was recorded (a change
+    made with triggers disabled, a ``TRUNCATE``), like a Kubernetes informer's resync
+    period (seconds; at least ``resync_interval``)."""
     dry_run: bool = False
     """Record what would be marked, destroyed and reaped (``would-`` events); change no
     container, volume or task."""
@@ -183,6 +192,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "REAPER_RESYNC_INTERVAL must be at least REAPER_HEARTBEAT_INTERVAL "
                 f"({self.resync_interval:g}s < {self.heartbeat_interval:g}s)"
+            )
+        if self.full_resync_interval < self.resync_interval:
+            raise ValueError(
+                "REAPER_FULL_RESYNC_INTERVAL must be at least REAPER_RESYNC_INTERVAL "
+                f"({self.full_resync_interval:g}s < {self.resync_interval:g}s)"
             )
         if not 0 < self.max_drop_fraction <= 1:
             raise ValueError(

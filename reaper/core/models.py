@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reaper.core.config import Settings
 from reaper.core.contract import Kind, ReasonInput, WorkerState
 from reaper.core.policy.auth import AuthMode
-from reaper.core.policy.collection import coalesce
+from reaper.core.policy.collection import coalesce, recheck_at
 
 
 class LivenessInput(BaseModel):
@@ -45,6 +45,9 @@ class Timings(BaseModel):
     agent_auth: AuthMode = AuthMode.off
     operator_keys: tuple[str, ...] = ()
     """Operators' public keys (never a secret: public keys may appear in history)."""
+    # Absent from histories recorded before the change feed: those resync every
+    # ``resync_interval`` (patch ``change-feed``).
+    full_resync_interval: float | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> Timings:
@@ -59,6 +62,14 @@ class KindStatus(BaseModel):
     orphans: list[str] = Field(default_factory=list)
     next_due: datetime | None = None
     """UTC time at which the oldest missing handle will have been missing for ``MISSING_TTL``."""
+    orphan_due: datetime | None = None
+    """UTC time at which the oldest reported-but-unknown handle that is not an orphan yet will
+    have been unknown for ``MISSING_TTL`` (it becomes an orphan on the next report then)."""
+
+    def recheck_at(self) -> datetime | None:
+        """When the collector next needs a fresh report of this kind (UTC), or ``None``
+        (``policy.collection.recheck_at``)."""
+        return recheck_at(self.next_due, self.orphan_due)
 
 
 class Report(BaseModel):

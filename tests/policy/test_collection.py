@@ -16,6 +16,7 @@ from reaper.core.policy.collection import (
     mass_drop_held,
     may_destroy,
     next_due,
+    recheck_at,
     report_decides,
     row_verdict,
     should_forward,
@@ -132,6 +133,21 @@ def test_destroy_refused_on_stalled_lost_or_disrupted(worker, full, refused):
 )
 def test_a_kind_is_due_once_its_oldest_mark_is(due, taken, result):
     assert is_due(at(due) if due is not None else None, at(taken)) is result
+
+
+@pytest.mark.parametrize(
+    "due, orphan, result",
+    [
+        (None, None, None),  # nothing marked, nothing unknown: no timer
+        (300, None, 300),  # a mark falls due
+        (None, 200, 200),  # an unknown handle becomes an orphan
+        (300, 200, 200),  # whichever comes first
+        (100, 200, 100),
+    ],
+)
+def test_a_fresh_report_is_needed_when_a_mark_or_an_orphan_falls_due(due, orphan, result):
+    got = recheck_at(at(due) if due is not None else None, at(orphan) if orphan else None)
+    assert got == (at(result) if result is not None else None)
 
 
 def test_next_due_is_the_oldest_mark_plus_the_ttl():

@@ -33,6 +33,10 @@ def make_settings(**overrides: object) -> Settings:
         disruption_threshold=0.55,
     )
     base.update(overrides)
+    # Without a fleet monitor there is no change feed: an unchanged report is re-diffed every
+    # RESYNC_INTERVAL, as before the feed (the reference model assumes so), unless a test
+    # sets the safety net apart.
+    base.setdefault("full_resync_interval", base["resync_interval"])
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]
 
 

@@ -8,8 +8,10 @@ Two layers, kept apart on purpose:
   news (``Fence``). Written from the contract's words, not from reaper's code.
 * **Scheduling** (reaper's design, not the contract): *which* complete reports get diffed.
   reaper diffs a report when it changed, when the worker has just returned, when the
-  collector asked for one because a TTL fell due, or when ``RESYNC`` seconds passed since the
-  last diffed report of that kind; an unchanged report in between is dropped (it would
+  collector asked for one because a TTL fell due (a mark, or an unknown handle becoming an
+  orphan), or when ``RESYNC`` seconds passed since the last diffed report of that kind (the
+  harness runs no fleet monitor, so no change feed: its controller re-diffs every
+  ``RESYNC_INTERVAL``); an unchanged report in between is dropped (it would
   change nothing except marking rows the scheduler added since, which the next resync does).
   The model reproduces that choice so it can predict exact end states.
 
@@ -233,6 +235,10 @@ class Model:
         for h in unknown:
             seen.setdefault(h, now)
         w.orphans[kind] = sorted(h for h, first in seen.items() if now - first >= ttl)
+        # Scheduling: the collector asks for a fresh report when the next unknown handle
+        # becomes an orphan, as it does when a mark falls due.
+        pending = [first + ttl for first in seen.values() if now - first < ttl]
+        orphan_due = min(pending) if pending else None
         marked = [
             r for r in rows if r.missing_since is not None and (r.kind, r.handle) in self.rows
         ]
@@ -240,16 +246,19 @@ class Model:
         if marked and now - min(r.missing_since for r in marked) >= ttl and self.fleet_full():
             # Rule 6: nothing destroyed in full disruption. (Scheduling: reaper looks again
             # on the first report STALL_AFTER from now.)
-            w.due[kind] = max(min(r.missing_since for r in marked) + ttl, now + self.t.stall_after)
+            later = max(min(r.missing_since for r in marked) + ttl, now + self.t.stall_after)
+            w.due[kind] = later if orphan_due is None else min(later, orphan_due)
             self.refused += 1
             return
         for r in marked:  # rule 4
             if now - r.missing_since >= ttl:
                 self._audit(name, r, now)
                 self._delete(r, "missing")
-        left = [r.missing_since for r in marked if (r.kind, r.handle) in self.rows]
+        left = [r.missing_since + ttl for r in marked if (r.kind, r.handle) in self.rows]
+        if orphan_due is not None:
+            left.append(orphan_due)
         if left:
-            w.due[kind] = min(left) + ttl
+            w.due[kind] = min(left)
         else:
             w.due.pop(kind, None)
 

@@ -187,6 +187,17 @@ def next_due(oldest_mark: datetime | None, missing_ttl: float) -> datetime | Non
     return oldest_mark + timedelta(seconds=missing_ttl)
 
 
+def recheck_at(next_due: datetime | None, orphan_due: datetime | None) -> datetime | None:
+    """When the collector next needs a fresh report of a kind without being sent one (UTC):
+    its oldest mark falls due (``next_due``), or its oldest unknown handle becomes an orphan
+    (``orphan_due``: first reported + ``MISSING_TTL``), whichever is first; ``None`` if
+    neither. Until then an unchanged report of unchanged rows needs no diff: whatever else
+    could change the diff, a changed report or changed rows, asks for one itself (README:
+    *Change-driven diffs*), so the time is the last input left."""
+    times = [t for t in (next_due, orphan_due) if t is not None]
+    return min(times) if times else None
+
+
 def stuck_creating(
     row_state: str,
     state_changed_at: datetime,
