@@ -64,6 +64,11 @@ class Controller:
         assert self.proc is not None
         return self.proc.pid
 
+    @property
+    def heartbeat_interval(self) -> float:
+        """``REAPER_HEARTBEAT_INTERVAL`` of this controller, seconds (as ``"2s"`` in timings)."""
+        return float(self.timings.get("REAPER_HEARTBEAT_INTERVAL", "10s").rstrip("s"))
+
     def rss(self) -> int:
         """Resident set size of the controller process, bytes."""
         return psutil.Process(self.pid).memory_info().rss

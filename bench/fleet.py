@@ -13,9 +13,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
 from reaper.core.models import LivenessInput
+from reaper.core.signing import sign_heartbeat
 from workflows.common import liveness_id
 from workflows.liveness import WorkerLiveness
 
@@ -31,6 +33,8 @@ class SimWorker:
     next_due: float = 0.0
     last_sent: float | None = None
     """Wall-clock time (``time.time()``) at which the last beat was accepted by Temporal."""
+    key: Ed25519PrivateKey | None = None
+    """The agent's key: its beats are signed (CONTRACT.md §5.2) when set."""
 
     def payload(self, with_reports: bool = True) -> dict[str, Any]:
         beat: dict[str, Any] = {
@@ -42,7 +46,7 @@ class SimWorker:
         if with_reports and self.reports is not None:
             beat.update(self.reports)
         self.seq += 1
-        return beat
+        return beat if self.key is None else sign_heartbeat(beat, self.key)
 
 
 async def send_beat(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("1", "heartbeat throughput"),
+    ("1s", "signed heartbeat throughput"),
     ("2", "writes per unchanged report"),
     ("3a", "big report: reconcile DB time"),
     ("3b", "big report: end to end"),

@@ -3,16 +3,16 @@
 ``workers`` workers each hold ``rows`` containers in Postgres and report exactly those (plus
 empty volume and task lists) every round. After a first report (the warm-up), ``rounds``
 unchanged reports per worker go through Temporal and the controller; many are reconciled
-against Postgres (the controller's resync interval), the rest are recognised as unchanged by
-their digest. reaper's writes are read from the rows themselves, since the controller's
-backends flush their statistics on their own schedule: a row of any table of schema
-``reaper`` whose ``xmin`` is newer than the window's start was inserted or updated in it, and
-row counts before and after give deletes; 0 rows found means 0 rows written (a row updated
-twice counts once, so a non-zero count is a lower bound). The baseline is the scheme that
-stamps every reported row (``UPDATE ... SET last_seen = now() WHERE handle = ANY($1)``), run
-for the same reports on a copy of the rows in the same database and counted with
-``pg_stat_user_tables`` (its own backend, flushed with ``pg_stat_force_next_flush()``). WAL
-bytes per report are shown too: reaper's row locks (``FOR SHARE``) and the fleet monitor
+against Postgres (its controller re-diffs them every 2 s, FULL_RESYNC_INTERVAL), the rest are
+recognised as unchanged by their digest. reaper's writes are read from the rows themselves,
+since the controller's backends flush their statistics on their own schedule: a row of any
+table of schema ``reaper`` whose ``xmin`` is newer than the window's start was inserted or
+updated in it, and row counts before and after give deletes; 0 rows found means 0 rows written
+(a row updated twice counts once, so a non-zero count is a lower bound). The baseline is the
+scheme that stamps every reported row (``UPDATE ... SET last_seen = now() WHERE handle =
+ANY($1)``), run for the same reports on a copy of the rows in the same database and counted
+with ``pg_stat_user_tables`` (its own backend, flushed with ``pg_stat_force_next_flush()``).
+WAL bytes per report are shown too: reaper's row locks (``FOR SHARE``) and the fleet monitor
 write WAL without writing rows.
 """
 
@@ -144,7 +144,7 @@ async def run(
         details = [
             f"{workers} workers x {rounds} unchanged reports ({rows} containers each, plus "
             f"empty volume and task lists, plain v1 beats) = {reports} reports; {reconciled} "
-            f"kind-reports reconciled against Postgres (resync every 2 s), the rest skipped "
+            f"kind-reports reconciled against Postgres (full resync every 2 s), the rest skipped "
             "by digest",
             f"reaper: {total} rows written"
             + (f" ({per})" if per else "")
