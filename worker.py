@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
 from activities.metrics_endpoint import sdk_runtime, serving
-from activities.temporal import connect, ensure_search_attributes
+from activities.temporal import connect, ensure_search_attributes, workflow_runner
 from reaper.core.config import ConfigError, Settings, load_settings
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
@@ -72,6 +72,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             workflows=ALL_WORKFLOWS,
             activities=acts.all(),
             max_concurrent_activities=64,
+            workflow_runner=workflow_runner(),
             # Two workflows per worker (liveness and collector) stay cached: with the SDK's
             # default of 1,000, a fleet past 500 workers replays on every beat (BENCHMARKS.md
             # metric 6).

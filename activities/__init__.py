@@ -31,6 +31,7 @@ class ReaperActivities(
         """The bound activity methods, for ``Worker(activities=...)``."""
         return [
             self.load_timings,
+            self.begin_liveness,
             self.record_worker_state,
             self.set_draining,
             self.fleet_status,

@@ -6,8 +6,16 @@ from temporalio import activity
 
 from activities.base import ActivityBase, write_events
 from activities.fleet import refresh_fleet
-from activities.types import DrainChange, RecordResult, WorkerRecord, WorkerStateChange
+from activities.types import (
+    BeginRun,
+    DrainChange,
+    RecordResult,
+    RunStart,
+    WorkerRecord,
+    WorkerStateChange,
+)
 from reaper.core.models import Timings
+from reaper.core.policy.auth import AuthMode
 
 _CLEAR_MARKS = (
     "UPDATE reaper.containers SET missing_since = NULL"
@@ -135,6 +143,33 @@ class LivenessActivities(ActivityBase):
         if row is None:
             return WorkerRecord()
         return WorkerRecord(state=row["state"], boot_id=row["boot_id"])
+
+    @activity.defn(name="begin_liveness")
+    async def begin_liveness(self, req: BeginRun) -> RunStart:
+        """Everything a liveness run reads before it acts, in one round trip (a local
+        activity: registering a worker is one workflow task fewer, issue 11): the timings
+        (:meth:`load_timings`), the pinned key (``load_agent_key``, when authentication is
+        on and the run has none) and, on a first run, the ``workers`` row
+        (:meth:`worker_record`). Reads only: a retry changes nothing."""
+        timings = Timings.of(self.settings)
+        want_key = timings.agent_auth is not AuthMode.off and not req.key_known
+        row = await self.pool.fetchrow(
+            "SELECT w.state, w.boot_id, k.public_key, w.name IS NOT NULL AS known"
+            " FROM (SELECT $1::text AS name) n"
+            " LEFT JOIN reaper.workers w ON w.name = n.name"
+            " LEFT JOIN reaper.agent_keys k ON k.worker = n.name",
+            req.worker,
+        )
+        record = None
+        if req.first:
+            record = (
+                WorkerRecord(state=row["state"], boot_id=row["boot_id"])
+                if row["known"]
+                else WorkerRecord()
+            )
+        return RunStart(
+            timings=timings, agent_key=row["public_key"] if want_key else None, record=record
+        )
 
     @activity.defn(name="set_draining")
     async def set_draining(self, change: DrainChange) -> bool:

@@ -7,7 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from reaper.core.contract import Kind, WorkerState
-from reaper.core.models import KindStatus, Report
+from reaper.core.models import KindStatus, Report, Timings
 
 
 class WorkerStateChange(BaseModel):
@@ -54,6 +54,24 @@ class WorkerRecord(BaseModel):
 
     state: WorkerState | None = None
     boot_id: str | None = None
+
+
+class BeginRun(BaseModel):
+    """What a liveness run reads before it acts: always its timings; ``worker``'s pinned key
+    unless ``key_known``; on a ``first`` run (not continued as new) its ``workers`` row."""
+
+    worker: str
+    first: bool
+    key_known: bool
+
+
+class RunStart(BaseModel):
+    """The answer to :class:`BeginRun` (``agent_key`` ``None`` when not read, or when
+    authentication is off or nothing is pinned; ``record`` ``None`` when not read)."""
+
+    timings: Timings
+    agent_key: str | None = None
+    record: WorkerRecord | None = None
 
 
 class UpkeepResult(BaseModel):

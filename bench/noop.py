@@ -50,9 +50,15 @@ async def _serve(address: str, task_queue: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    from activities.temporal import workflow_runner
+
     # The same settings as worker.py's controller Worker.
     async with Worker(
-        client, task_queue=task_queue, workflows=[BenchNoop], max_concurrent_activities=64
+        client,
+        task_queue=task_queue,
+        workflows=[BenchNoop],
+        max_concurrent_activities=64,
+        workflow_runner=workflow_runner(),
     ):
         await stop.wait()
 

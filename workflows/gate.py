@@ -66,12 +66,22 @@ class Gate:
         live = self.live
         if _mode(live) is AuthMode.off or live.agent_key is not None:
             return
-        live.agent_key = await workflow.execute_local_activity_method(
-            ReaperActivities.load_agent_key,
-            live.worker,
-            start_to_close_timeout=timedelta(seconds=10),
+        self.use_pin(
+            await workflow.execute_local_activity_method(
+                ReaperActivities.load_agent_key,
+                live.worker,
+                start_to_close_timeout=timedelta(seconds=10),
+            )
         )
-        live.agent_key_recorded = live.agent_key is not None
+
+    def use_pin(self, key: str | None) -> None:
+        """Hold ``key``, the pin Postgres has for the worker, if authentication is on and this
+        run has none yet (a first run, or one after a retirement)."""
+        live = self.live
+        if _mode(live) is AuthMode.off or live.agent_key is not None:
+            return
+        live.agent_key = key
+        live.agent_key_recorded = key is not None
 
     def heartbeat(self, raw: dict[str, Any]) -> str | None:
         """Why this heartbeat may not speak for the worker, or ``None`` (accepted).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -19,7 +19,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
-    from activities import ReaperActivities
     from activities.types import DrainChange
     from reaper.core.contract import (
         KINDS,
@@ -39,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
+    from workflows.run_start import begin_run
     from workflows.view import state_view
 
 
@@ -221,19 +221,16 @@ class WorkerLiveness:
                 "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
             )
             return
-        live.timings = await workflow.execute_local_activity_method(
-            ReaperActivities.load_timings, start_to_close_timeout=timedelta(seconds=10)
-        )
-        await self.gate.load_pin()
+        timings, record = await begin_run(live, self.gate, first=inp.carried is None)
         early, self.early = self.early or [], None
         for handler, raw in early:
             handler(raw)
         workflow.set_current_details(
-            f"Liveness of worker **{live.worker}**: stalled after {live.timings.stall_after:g}s, "
-            f"lost after {live.timings.lost_after:g}s without a heartbeat; handle GC in "
+            f"Liveness of worker **{live.worker}**: stalled after {timings.stall_after:g}s, "
+            f"lost after {timings.lost_after:g}s without a heartbeat; handle GC in "
             f"`{collector_id(live.worker)}`."
         )
-        if inp.carried is None and not await self.steps.retirement.registers_afresh():
+        if inp.carried is None and not await self.steps.retirement.registers_afresh(record):
             return
         while True:
             await self.steps.step(self.clock.judge)

@@ -9,7 +9,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import RetireRequest
+    from activities.types import RetireRequest, WorkerRecord
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, Timings
     from workflows.common import collector_id, run_activity, signal_quietly, tell_placed
@@ -74,12 +74,14 @@ class Retirement:
         live.unforwarded.clear()
         workflow.logger.info("%s retired: %s", live.worker, req.reason)
 
-    async def registers_afresh(self) -> bool:
-        """A new run: ignore what a retired boot sent (§5.1); False if nothing else came."""
+    async def registers_afresh(self, record: WorkerRecord | None = None) -> bool:
+        """A new run: ignore what a retired boot sent (§5.1); False if nothing else came.
+        ``record`` is the worker's row if the run has read it already."""
         live = self.live
-        record = await run_activity(
-            ReaperActivities.worker_record, live.worker, summary=f"read {live.worker}"
-        )
+        if record is None:
+            record = await run_activity(
+                ReaperActivities.worker_record, live.worker, summary=f"read {live.worker}"
+            )
         if record.state is not WorkerState.retired:
             return True
         live.retired_boot_id = record.boot_id

@@ -1,0 +1,45 @@
+"""What a liveness run reads before it acts: its timings, the worker's pin and, on a first
+run, the worker's row (a retired boot is ignored, §5.1).
+
+Since the ``one-read-start`` patch all three come from one local activity
+(``begin_liveness``): registering a worker costs one activity and one workflow task fewer
+(issue 11). Runs recorded before it replay the three reads they made.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities import ReaperActivities
+    from activities.types import BeginRun, WorkerRecord
+    from reaper.core.models import LivenessState, Timings
+    from workflows.gate import Gate
+
+ONE_READ_START = "one-read-start"
+"""Patch: a run's three start-up reads in one local activity."""
+READ_TIMEOUT = timedelta(seconds=10)
+
+
+async def begin_run(
+    live: LivenessState, gate: Gate, first: bool
+) -> tuple[Timings, WorkerRecord | None]:
+    """Load ``live.timings`` and the pin (through ``gate``); on a ``first`` run also the
+    worker's row, for ``Retirement.registers_afresh`` (``None``: not read here, it reads the
+    row itself, as runs before the patch did). Returns the timings and the row."""
+    if not workflow.patched(ONE_READ_START):
+        live.timings = timings = await workflow.execute_local_activity_method(
+            ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT
+        )
+        await gate.load_pin()
+        return timings, None
+    start = await workflow.execute_local_activity_method(
+        ReaperActivities.begin_liveness,
+        BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
+        start_to_close_timeout=READ_TIMEOUT,
+    )
+    live.timings = start.timings
+    gate.use_pin(start.agent_key)
+    return start.timings, start.record
