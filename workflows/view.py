@@ -85,35 +85,37 @@ def liveness_details(live: LivenessState, gc_id: str) -> str:
     and orphan counts, draining, boot id, and the timings it judges by."""
     missing = {k: st.missing for k, st in sorted(live.collected.items()) if st.missing}
     orphans = {h for st in live.collected.values() for h in st.orphans}
-    by_kind = ", ".join(f"{n} {k}" for k, n in missing.items())
+    by_kind = ", ".join(f"{k} {n}" for k, n in missing.items())
     seq = f" (seq {live.last_seq})" if live.last_seq >= 0 else ""
     draining = f"yes: {live.drain_reason}" if live.draining else "no"
-    lines = [
-        f"**worker**: {live.worker}",
-        f"**state**: {live.state.value} since {utc(live.state_since)}",
-        f"**last heartbeat**: {utc(live.last_heartbeat_at)}{seq}",
-        f"**missing**: {sum(missing.values())}" + (f" ({by_kind})" if by_kind else ""),
-        f"**orphans**: {len(orphans)}",
-        f"**draining**: {draining}",
-        f"**boot id**: {live.boot_id or 'none yet'}",
+    facts = [
+        f"- **worker**: {live.worker}",
+        f"- **state**: {live.state.value} since {utc(live.state_since)}",
+        f"- **last heartbeat**: {utc(live.last_heartbeat_at)}{seq}",
+        f"- **missing**: {sum(missing.values())}" + (f" ({by_kind})" if by_kind else ""),
+        f"- **orphans**: {len(orphans)}",
+        f"- **draining**: {draining}",
+        f"- **boot id**: {live.boot_id or 'none yet'}",
     ]
     t = live.timings
-    if t is not None:
-        lines.append(
-            f"Stalled after {t.stall_after:g}s and lost after {t.lost_after:g}s without a "
-            f"heartbeat; handle GC in `{gc_id}`."
-        )
-    return "\n\n".join(lines)
+    if t is None:
+        return "\n".join(facts)
+    rule = (
+        f"Stalled after {t.stall_after:g}s and lost after {t.lost_after:g}s without a "
+        f"heartbeat; handle GC in `{gc_id}`."
+    )
+    return "\n".join(facts) + "\n\n" + rule
 
 
 def collector_details(worker: str, t: Timings, gc: CollectorState) -> str:
     """The collector's current details (Markdown): per kind, what is missing and when the
     oldest falls due, orphans, and reports held back as mass drops."""
     dry = " (dry run: nothing is changed)" if t.dry_run else ""
-    lines = [
+    head = (
         f"Handle GC of worker **{worker}**: a handle absent from every complete report for "
         f"{t.missing_ttl:g}s is destroyed{dry}."
-    ]
+    )
+    lines = []
     for kind in KINDS:
         sent = gc.sent.get(kind)
         if sent is None:
@@ -121,5 +123,5 @@ def collector_details(worker: str, t: Timings, gc: CollectorState) -> str:
         st = sent.status
         due = f", the first due at {utc(st.next_due)}" if st.missing and st.next_due else ""
         held = "; a mass drop held back until confirmed" if kind in gc.suspects else ""
-        lines.append(f"**{kind}**: {st.missing} missing{due}; {len(st.orphans)} orphans{held}")
-    return "\n\n".join(lines)
+        lines.append(f"- **{kind}**: {st.missing} missing{due}; {len(st.orphans)} orphans{held}")
+    return "\n\n".join([head, "\n".join(lines)]) if lines else head

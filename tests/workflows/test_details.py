@@ -14,12 +14,12 @@ from workflows.view import utc
 
 
 def facts(details: str) -> dict[str, str]:
-    """``**label**: value`` lines of the details, label -> value."""
+    """``- **label**: value`` lines of the details, label -> value."""
     return {
         label: value
-        for line in details.split("\n\n")
-        if line.startswith("**") and "**: " in line
-        for label, value in [line[2:].split("**: ", 1)]
+        for line in details.splitlines()
+        if line.startswith("- **") and "**: " in line
+        for label, value in [line[4:].split("**: ", 1)]
     }
 
 
@@ -30,7 +30,7 @@ async def test_liveness_details_show_state_heartbeat_missing_and_draining(fleet)
     st = await fleet.beat(w, volumes=["v-1"])  # v-2 is missing
     shown = await eventually(
         lambda: current_details(fleet.client, liveness_id(w)),
-        lambda d: facts(d).get("missing") == "1 (1 volumes)",
+        lambda d: facts(d).get("missing") == "1 (volumes 1)",
         what="missing volume shown",
     )
     seen = facts(shown)
@@ -40,7 +40,7 @@ async def test_liveness_details_show_state_heartbeat_missing_and_draining(fleet)
     assert seen["orphans"] == "0" and seen["draining"] == "no"
     assert seen["boot id"] == st.boot_id
     gc = await current_details(fleet.client, collector_id(w))
-    assert "**volumes**: 1 missing, the first due at" in gc, gc
+    assert "- **volumes**: 1 missing, the first due at" in gc, gc
 
     # Every beat moves the last heartbeat shown (no history event is written for it).
     await fleet.advance(10)
