@@ -177,6 +177,9 @@ async def test_web_ui_lists_the_lost_worker_and_shows_its_liveness(web_stack, po
                     await page.get_by_test_id(f"orderable-list-item-{column}-remove-button").click()
                 await page.get_by_test_id("drawer-close-button").click()
                 await expect(page.get_by_text("Configure Workflows Table")).to_be_hidden()
+                # The browser keeps the columns: a reload still shows the worker as lost.
+                await page.reload()
+                await expect(rows).to_have_count(1, timeout=WAIT_MS)
                 await expect(rows.first).to_contain_text(c, timeout=WAIT_MS)
                 await expect(rows.first).to_contain_text("lost", timeout=WAIT_MS)
                 await page.screenshot(
