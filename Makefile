@@ -22,11 +22,15 @@ check: $(STAMP)
 run: $(STAMP)
 	$(BIN)/reaper run
 
-# promtool (Debian's prometheus package) for the alert-rule tests; RUNLEVEL=1 keeps the
-# package's service from being started.
+# Debian packages the tests need: promtool (the prometheus package) for the alert-rule
+# tests, RUNLEVEL=1 keeping the package's service from being started; chromium for the Web
+# UI test (tests/e2e/test_web_ui.py drives /usr/bin/chromium with Playwright, which then
+# downloads no browser of its own).
 sysdeps:
 	command -v promtool >/dev/null || \
 		(apt-get update -qq && RUNLEVEL=1 apt-get install -y -qq prometheus >/dev/null)
+	command -v chromium >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 # Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         signal_quietly,
         tell_placed,
     )
+    from workflows.view import collector_details
 
 KINDS_APART = "kinds-apart"
 """Patch: each kind is collected on its own, so one blocked kind never stalls the others."""
@@ -92,10 +93,7 @@ class HandleCollector:
     @workflow.run
     async def run(self, inp: CollectorInput) -> None:
         t = inp.timings
-        workflow.set_current_details(
-            f"Handle GC of worker **{inp.worker}**: a handle absent from every complete report "
-            f"for {t.missing_ttl:g}s is destroyed (dry run: {t.dry_run})."
-        )
+        workflow.set_current_details(collector_details(inp.worker, t, self.gc))
         while True:
             await self._wait_for_report_or_due()
             self._reap_finished()
@@ -259,7 +257,9 @@ class HandleCollector:
             self.gc.due[kind] = due
 
     async def _report_status(self, update: GcStatusInput) -> None:
-        if self.gc.sent.get(update.kind) == update:
-            return
+        changed = self.gc.sent.get(update.kind) != update
         self.gc.sent[update.kind] = update
-        await signal_quietly(liveness_id(self.inp.worker), "gc_status", update)
+        # Shown after every report (a mass drop held back changes no status); no history event.
+        workflow.set_current_details(collector_details(self.inp.worker, self.inp.timings, self.gc))
+        if changed:
+            await signal_quietly(liveness_id(self.inp.worker), "gc_status", update)

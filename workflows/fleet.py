@@ -19,6 +19,21 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import FleetView
     from reaper.core.models import Timings
     from workflows.common import CHANGE_FEED, run_activity, should_continue_as_new, tell_placed
+    from workflows.view import utc
+
+
+def fleet_details(view: FleetView, timings: Timings, placed: int) -> str:
+    """The fleet monitor's current details (Markdown): the disruption state with its counts,
+    since when, and what the last check did."""
+    total = view.healthy + view.unhealthy
+    since = f" since {utc(view.since)}" if view.since else ""
+    return (
+        f"Fleet disruption: **{view.state}**{since}: {view.unhealthy} of {total} workers "
+        f"unhealthy (threshold {timings.disruption_threshold:g}). In `full`, nothing is "
+        "reaped or destroyed automatically.\n\n"
+        f"Last check {utc(workflow.now())} (every {timings.heartbeat_interval:g}s): "
+        f"{placed} tasks placed (owed replacements, and replacements of strays)."
+    )
 
 
 @workflow.defn(name="FleetMonitor")
@@ -44,12 +59,6 @@ class FleetMonitor:
                 self.view.healthy,
                 self.view.unhealthy,
             ):
-                total = view.healthy + view.unhealthy
-                workflow.set_current_details(
-                    f"Fleet disruption: **{view.state}** — {view.unhealthy} of {total} workers "
-                    f"unhealthy (threshold {timings.disruption_threshold:g}). In `full`, nothing "
-                    "is reaped or destroyed automatically."
-                )
                 workflow.upsert_memo(
                     {
                         "fleet_state": view.state,
@@ -68,6 +77,8 @@ class FleetMonitor:
                 await run_activity(
                     ReaperActivities.nudge_changed, None, summary="ask changed workers for a diff"
                 )
+            # Metadata, not history: shown afresh at every check.
+            workflow.set_current_details(fleet_details(view, timings, len(upkeep.placed)))
             if should_continue_as_new():
                 workflow.continue_as_new(timings)
             await workflow.sleep(

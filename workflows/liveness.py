@@ -31,10 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState
     from reaper.core.policy import liveness as policy
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
-    from workflows.common import (
-        collector_id,
-        should_continue_as_new,
-    )
+    from workflows.common import should_continue_as_new
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
@@ -123,6 +120,7 @@ class WorkerLiveness:
         if returned:
             self._record_return(now)
         self.intake.take(beat, now, returned)
+        self.steps.show_details()
 
     def _record_return(self, now: datetime) -> None:
         """The worker is back: running again, and only reports from now on decide (rule 4)."""
@@ -184,6 +182,7 @@ class WorkerLiveness:
         self.live.collected[inp.kind] = inp.status
         if inp.assignments is not None:
             self.live.assignments = inp.assignments
+        self.steps.show_details()
 
     @workflow.signal(name="want_report")
     def want_report(self, kind: str) -> None:
@@ -221,15 +220,11 @@ class WorkerLiveness:
                 "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
             )
             return
-        timings, record = await begin_run(live, self.gate, first=inp.carried is None)
+        record = await begin_run(live, self.gate, first=inp.carried is None)
         early, self.early = self.early or [], None
         for handler, raw in early:
             handler(raw)
-        workflow.set_current_details(
-            f"Liveness of worker **{live.worker}**: stalled after {timings.stall_after:g}s, "
-            f"lost after {timings.lost_after:g}s without a heartbeat; handle GC in "
-            f"`{collector_id(live.worker)}`."
-        )
+        self.steps.show_details()  # dropped at continue-as-new: shown again
         if inp.carried is None and not await self.steps.retirement.registers_afresh(record):
             return
         while True:

@@ -23,12 +23,14 @@ with workflow.unsafe.imports_passed_through():
         MISSING_ATTR,
         STATE_ATTR,
         WORKER_ATTR,
+        collector_id,
         reap_id,
         run_activity,
     )
     from workflows.intake import ReportIntake
     from workflows.reap import WorkerReap
     from workflows.retirement import Retirement
+    from workflows.view import CurrentDetails, liveness_details, liveness_facts
 
 
 class LivenessSteps:
@@ -48,6 +50,7 @@ class LivenessSteps:
         before it continues as new)."""
         self.shown: tuple[str, int] | None = None
         """Search attribute values last upserted."""
+        self.details = CurrentDetails()
         self.fleet_seen: str | None = None
         """The fleet state returned by this turn's record, if any (read by the reap)."""
 
@@ -267,8 +270,17 @@ class LivenessSteps:
             shown = "draining"
         return shown, sum(status.missing for status in live.collected.values())
 
+    def show_details(self) -> None:
+        """Keep the Web UI's current details live (no history event; rebuilt on a change)."""
+        live = self.live
+        self.details.show(
+            liveness_facts(live), lambda: liveness_details(live, collector_id(live.worker))
+        )
+
     def show(self) -> None:
-        """Upsert the search attributes when they changed (CONTRACT.md §2)."""
+        """Show the state: current details, and the search attributes when they changed
+        (CONTRACT.md §2)."""
+        self.show_details()
         values = self.attribute_values()
         if values == self.shown:
             return

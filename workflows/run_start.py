@@ -15,7 +15,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import BeginRun, WorkerRecord
-    from reaper.core.models import LivenessState, Timings
+    from reaper.core.models import LivenessState
     from workflows.gate import Gate
 
 ONE_READ_START = "one-read-start"
@@ -23,18 +23,16 @@ ONE_READ_START = "one-read-start"
 READ_TIMEOUT = timedelta(seconds=10)
 
 
-async def begin_run(
-    live: LivenessState, gate: Gate, first: bool
-) -> tuple[Timings, WorkerRecord | None]:
+async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecord | None:
     """Load ``live.timings`` and the pin (through ``gate``); on a ``first`` run also the
-    worker's row, for ``Retirement.registers_afresh`` (``None``: not read here, it reads the
-    row itself, as runs before the patch did). Returns the timings and the row."""
+    worker's row, returned for ``Retirement.registers_afresh`` (``None``: not read here, it
+    reads the row itself, as runs before the patch did)."""
     if not workflow.patched(ONE_READ_START):
-        live.timings = timings = await workflow.execute_local_activity_method(
+        live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT
         )
         await gate.load_pin()
-        return timings, None
+        return None
     start = await workflow.execute_local_activity_method(
         ReaperActivities.begin_liveness,
         BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
@@ -42,4 +40,4 @@ async def begin_run(
     )
     live.timings = start.timings
     gate.use_pin(start.agent_key)
-    return start.timings, start.record
+    return start.record

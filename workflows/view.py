@@ -1,12 +1,21 @@
-"""The liveness's ``state`` query answer (CONTRACT.md §2), built from its state."""
+"""What a workflow shows of itself: the liveness's ``state`` query answer (CONTRACT.md §2) and
+the current details of the liveness and its collector (the Web UI's "Current Details").
+
+Current details are workflow metadata, read through the SDK's ``__temporal_workflow_metadata``
+query: setting them writes no history event, so they may change at any activation. They are
+rebuilt only when a fact in them changed.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from datetime import datetime
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import KINDS, StateView
-    from reaper.core.models import LivenessState
+    from reaper.core.models import CollectorState, LivenessState, Timings
 
 
 def state_view(live: LivenessState, backlog: int) -> StateView:
@@ -35,3 +44,84 @@ def state_view(live: LivenessState, backlog: int) -> StateView:
         },
         forwarded_reports=live.forwarded,
     )
+
+
+class CurrentDetails:
+    """A workflow's current details, set again only when the facts they show changed."""
+
+    def __init__(self) -> None:
+        self.facts: Hashable | None = None
+
+    def show(self, facts: Hashable, build: Callable[[], str]) -> None:
+        """Set the details to ``build()`` unless ``facts`` equal those last shown."""
+        if facts == self.facts:
+            return
+        self.facts = facts
+        workflow.set_current_details(build())
+
+
+def utc(at: datetime | None) -> str:
+    """``at`` as ``2026-12-01 18:34:27 UTC``; ``never`` for ``None``."""
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at is not None else "never"
+
+
+def liveness_facts(live: LivenessState) -> Hashable:
+    """Everything :func:`liveness_details` shows (compared to skip an unchanged rebuild)."""
+    return (
+        live.state,
+        live.state_since,
+        live.last_heartbeat_at,
+        live.last_seq,
+        live.boot_id,
+        live.draining,
+        live.drain_reason,
+        tuple((k, st.missing, len(st.orphans)) for k, st in sorted(live.collected.items())),
+        live.timings is not None,
+    )
+
+
+def liveness_details(live: LivenessState, gc_id: str) -> str:
+    """The liveness's current details (Markdown): worker, state, last heartbeat (UTC), missing
+    and orphan counts, draining, boot id, and the timings it judges by."""
+    missing = {k: st.missing for k, st in sorted(live.collected.items()) if st.missing}
+    orphans = {h for st in live.collected.values() for h in st.orphans}
+    by_kind = ", ".join(f"{k} {n}" for k, n in missing.items())
+    seq = f" (seq {live.last_seq})" if live.last_seq >= 0 else ""
+    draining = f"yes: {live.drain_reason}" if live.draining else "no"
+    facts = [
+        f"- **worker**: {live.worker}",
+        f"- **state**: {live.state.value} since {utc(live.state_since)}",
+        f"- **last heartbeat**: {utc(live.last_heartbeat_at)}{seq}",
+        f"- **missing**: {sum(missing.values())}" + (f" ({by_kind})" if by_kind else ""),
+        f"- **orphans**: {len(orphans)}",
+        f"- **draining**: {draining}",
+        f"- **boot id**: {live.boot_id or 'none yet'}",
+    ]
+    t = live.timings
+    if t is None:
+        return "\n".join(facts)
+    rule = (
+        f"Stalled after {t.stall_after:g}s and lost after {t.lost_after:g}s without a "
+        f"heartbeat; handle GC in `{gc_id}`."
+    )
+    return "\n".join(facts) + "\n\n" + rule
+
+
+def collector_details(worker: str, t: Timings, gc: CollectorState) -> str:
+    """The collector's current details (Markdown): per kind, what is missing and when the
+    oldest falls due, orphans, and reports held back as mass drops."""
+    dry = " (dry run: nothing is changed)" if t.dry_run else ""
+    head = (
+        f"Handle GC of worker **{worker}**: a handle absent from every complete report for "
+        f"{t.missing_ttl:g}s is destroyed{dry}."
+    )
+    lines = []
+    for kind in KINDS:
+        sent = gc.sent.get(kind)
+        if sent is None:
+            continue
+        st = sent.status
+        due = f", the first due at {utc(st.next_due)}" if st.missing and st.next_due else ""
+        held = "; a mass drop held back until confirmed" if kind in gc.suspects else ""
+        lines.append(f"- **{kind}**: {st.missing} missing{due}; {len(st.orphans)} orphans{held}")
+    return "\n\n".join([head, "\n".join(lines)]) if lines else head

@@ -7,9 +7,11 @@ function, so that ``reaper --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import typer
@@ -104,6 +106,18 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+@contextlib.contextmanager
+def progress(message: str) -> Iterator[Callable[[str], None]]:
+    """Show ``message`` with a spinner on standard error while a long step runs, and only
+    there when it is a terminal: piped output, ``--json`` and logs stay as they are. The
+    spinner is gone when the step ends; the function yielded replaces the message."""
+    if not err.is_terminal:
+        yield lambda _: None
+        return
+    with err.status(message) as status:
+        yield lambda text: status.update(text)
+
+
 def setup_logging(verbose: int) -> None:
     """Log to standard error (:mod:`reaper.logs`: readable on a terminal, JSON lines
     otherwise): 0 INFO (Temporal SDK warnings only), 1 also the agent's DEBUG lines (one
@@ -131,12 +145,13 @@ async def connect_temporal(settings: Settings) -> Any:
     from reaper.core.contract import DEFAULT_ADDRESS
 
     logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
+    target = settings.temporal_address or DEFAULT_ADDRESS
     try:
-        return await connect(
-            settings.temporal_address, settings.namespace, deadline_s=CLI_CONNECT_DEADLINE_S
-        )
+        with progress(f"connecting to Temporal at {target}…"):
+            return await connect(
+                settings.temporal_address, settings.namespace, deadline_s=CLI_CONNECT_DEADLINE_S
+            )
     except Unreachable:
-        target = settings.temporal_address or DEFAULT_ADDRESS
         raise CliError(
             f"Temporal unreachable at {target} after {CLI_CONNECT_DEADLINE_S:g}s "
             "(is `reaper run` running? otherwise set REAPER_TEMPORAL_ADDRESS "

@@ -22,6 +22,7 @@ from tests.support.paths import ROOT
 OPERATOR = ROOT / "docs" / "operator-guide.md"
 AGENT = ROOT / "docs" / "agent-protocol.md"
 GUIDES = (OPERATOR, AGENT)
+README = ROOT / "README.md"
 RUNBOOKS = (
     "runbook-lost-worker",
     "runbook-fleet-disruption",
@@ -96,7 +97,7 @@ def test_runbook_anchors_exist() -> None:
         assert anchor in {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)}
 
 
-@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.name)
+@pytest.mark.parametrize("guide", (*GUIDES, README), ids=lambda p: p.name)
 def test_links_resolve(guide: Path) -> None:
     text = guide.read_text(encoding="utf-8")
     for target in re.findall(r"\]\(([^)\s]+)\)", text):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
@@ -45,6 +46,15 @@ async def query_state(client: Client, worker: str) -> StateView:
     return await client.get_workflow_handle(liveness_id(worker)).query(
         WorkerLiveness.state, result_type=StateView
     )
+
+
+async def current_details(client: Client, workflow_id: str) -> str:
+    """A workflow's current details, as the Web UI reads them (the SDK's built-in
+    ``__temporal_workflow_metadata`` query)."""
+    meta = await client.get_workflow_handle(workflow_id).query(
+        "__temporal_workflow_metadata", result_type=WorkflowMetadata
+    )
+    return meta.current_details
 
 
 async def beats_handled(client: Client, worker: str, n: int, timeout: float = 60.0) -> StateView:

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from reaper.cli.processes import free_port, is_listening
+from reaper.core.contract import SEARCH_ATTRIBUTES
 from tests.support.controller import find_binary
 from tests.support.paths import ROOT
 from tests.support.polling import eventually
@@ -108,12 +109,21 @@ class ControllerProcess(ChildProcess):
 
 class DevServer(ChildProcess):
     """A Temporal dev server of the test's own, on a fixed port with its state in a SQLite
-    file, so that it can be SIGKILLed and started again where it left off."""
+    file, so that it can be SIGKILLed and started again where it left off.
 
-    def __init__(self, root: Path) -> None:
+    With ``web_ui``, it serves its Web UI on ``ui_url`` (the search attributes registered at
+    start, as ``reaper run`` does) and keeps the default continue-as-new threshold, so a
+    page shows one run for the length of a test; without, it is headless and suggests
+    continue-as-new every ~30 events, as the session's dev server does
+    (tests/e2e/conftest.py).
+    """
+
+    def __init__(self, root: Path, web_ui: bool = False) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = root / "temporal.log"
+        self.ui_port = free_port() if web_ui else None
+        self.ui_url = f"http://127.0.0.1:{self.ui_port}" if web_ui else None
         self.argv = [
             find_binary("temporal"),
             "server",
@@ -122,18 +132,23 @@ class DevServer(ChildProcess):
             "127.0.0.1",
             "--port",
             str(self.port),
-            "--headless",
             "--db-filename",
             str(root / "temporal.db"),
             "--log-level",
             "warn",
             "--dynamic-config-value",
             "frontend.enableServerVersionCheck=false",
-            # continue-as-new every ~30 events, as on the session's dev server
-            # (tests/e2e/conftest.py)
-            "--dynamic-config-value",
-            "limit.historyCount.suggestContinueAsNew=30",
         ]
+        if self.ui_port is None:
+            self.argv += [
+                "--headless",
+                "--dynamic-config-value",
+                "limit.historyCount.suggestContinueAsNew=30",
+            ]
+        else:
+            self.argv += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+            for name, kind in SEARCH_ATTRIBUTES.items():
+                self.argv += ["--search-attribute", f"{name}={kind.capitalize()}"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
@@ -149,6 +164,7 @@ class DevServer(ChildProcess):
                     f"the dev server exited ({self.proc.returncode}):\n"
                     + self.log.read_text(errors="replace")[-3000:]
                 )
-            return is_listening("127.0.0.1", self.port, timeout=0.2)
+            up = is_listening("127.0.0.1", self.port, timeout=0.2)
+            return up and (self.ui_port is None or is_listening("127.0.0.1", self.ui_port, 0.2))
 
         await eventually(up, bool, timeout=30, poll=0.05, what="the dev server listening")

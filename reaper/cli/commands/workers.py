@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import warnings
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from reaper.cli.app import (
     err,
     exit_now,
     fail,
+    progress,
     settings_from,
 )
 from reaper.core.config import Settings
@@ -120,10 +122,13 @@ async def fleet_overview(settings: Settings, include_retired: bool = False) -> d
     """
     client = await connect_temporal(settings)
     query = f"WorkflowType='{LIVENESS_WORKFLOW}' AND ExecutionStatus='Running'"
-    ids = sorted([wf.id async for wf in client.list_workflows(query)])
+    with progress("listing liveness workflows…"):
+        ids = sorted([wf.id async for wf in client.list_workflows(query)])
     sem = asyncio.Semaphore(QUERY_CONCURRENCY)
+    answered = 0
 
-    async def one(wf_id: str) -> tuple[str, StateView | str]:
+    async def one(wf_id: str, show: Callable[[str], None]) -> tuple[str, StateView | str]:
+        nonlocal answered
         async with sem:
             try:
                 view = await client.get_workflow_handle(wf_id).query(
@@ -134,8 +139,12 @@ async def fleet_overview(settings: Settings, include_retired: bool = False) -> d
                 return wf_id, view
             except Exception as exc:
                 return wf_id, f"query failed: {_first_line(exc)}"
+            finally:
+                answered += 1
+                show(f"querying the state of {len(ids)} workers… {answered} answered")
 
-    results = await asyncio.gather(*(one(i) for i in ids))
+    with progress(f"querying the state of {len(ids)} workers…") as show:
+        results = await asyncio.gather(*(one(i, show) for i in ids))
     notes: list[str] = []
     running: dict[str, int] | None = None
     fleet: dict[str, Any] | None = None
