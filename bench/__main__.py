@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.result import METRICS, Metric, markdown_table, table
+from bench.result import METRICS, SCALE, Metric, markdown_table, table
 
 # The fleet (metric 4) beats at the contract's default interval, 10 s: 1,000 workers are then
 # 100 beats/s, the load they would put on a controller in production; a 2 s interval would be
@@ -34,6 +34,7 @@ FULL = dict(
     big=dict(size=100_000, iterations=5),
     fleet=dict(workers=1000, victims=10, hb=10, stall=20, lost=30),
     memory=dict(sizes=[1000, 5000], hb=60, budget=120),
+    scale=dict(workers=10_000, hb=60, stall=180, lost=300, steady=600, budget=300, silent=5),
 )
 QUICK = dict(
     writes=dict(workers=20, rows=50, rounds=3, interval=1.0),
@@ -41,6 +42,7 @@ QUICK = dict(
     big=dict(size=10_000, iterations=2),
     fleet=dict(workers=100, victims=10, hb=1, stall=2, lost=5),
     memory=dict(sizes=[100, 300], hb=30, budget=30),
+    scale=dict(workers=60, hb=2, stall=4, lost=8, steady=12, budget=60, silent=3),
 )
 MAIN_TIMINGS = {
     "REAPER_HEARTBEAT_INTERVAL": "2s",
@@ -154,8 +156,10 @@ async def measure(
     only: set[str] | None = None,
     controller_cache: int | None = None,
     keep: bool = False,
+    scale: bool = False,
 ) -> None:
     from bench import bigreport, e2e, failover, history, memory, throughput, writes
+    from bench import scale as bench_scale
     from bench.env import BenchEnv
 
     ids = {m[0] for m in METRICS}
@@ -254,6 +258,13 @@ async def measure(
             )
             mem_ctl.stop()
         record(await phase(("5b",), history.longest(env.client)))
+        if want(*SCALE) and (run.quick or scale):  # last: its fleet would weigh on 5b's scan
+            sc = sizes["scale"]
+            record(
+                await phase(tuple(sorted(SCALE)), bench_scale.run(env, **sc, progress=run.progress))
+            )
+        if not (run.quick or scale):
+            ids -= SCALE
         missing = (ids if only is None else ids & only) - {m.key for m in run.metrics}
         for key in sorted(missing):
             run.failed(key, RuntimeError("not run"))
@@ -318,6 +329,12 @@ def main(argv: list[str] | None = None) -> int:
         "(max_cached_workflows) forced to N instead of worker.py's setting",
     )
     p.add_argument(
+        "--scale",
+        action="store_true",
+        help="also run the scale phase at full size (metric 7: 10,000 workers against two "
+        "replicas, about 20 minutes); --quick always runs a small one",
+    )
+    p.add_argument(
         "--keep",
         action="store_true",
         help="keep the temporary directory with the controllers' logs",
@@ -337,7 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         only = set(args.only.split(",")) if args.only else None
         asyncio.run(
-            measure(run, QUICK if args.quick else FULL, only, args.controller_cache, args.keep)
+            measure(
+                run,
+                QUICK if args.quick else FULL,
+                only,
+                args.controller_cache,
+                args.keep,
+                args.scale,
+            )
         )
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -31,7 +31,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.cli.processes import die_with_parent, find_temporal
+from reaper.cli.processes import die_with_parent, find_temporal, free_port
 from workflows.common import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,14 +147,23 @@ class BenchEnv:
         return self.pg_url.replace("/postgres?", f"/{name}?")
 
     async def start_controller(
-        self, name: str, timings: dict[str, str], db_name: str | None = None
+        self,
+        name: str,
+        timings: dict[str, str],
+        db_name: str | None = None,
+        replica_of: Controller | None = None,
     ) -> Controller:
-        """Start ``python worker.py`` on a task queue and database of its own; returns once
-        it polls its task queue (its schema migrated, the fleet monitor started)."""
-        db_url = await self.create_database(db_name or f"bench_{name}")
+        """Start ``python worker.py`` on a task queue and database of its own (or, as a
+        ``replica_of`` another controller, on that one's); returns once it polls its task
+        queue (its schema migrated, the fleet monitor started)."""
+        if replica_of is not None:
+            db_url, tq, timings = replica_of.db_url, replica_of.task_queue, replica_of.timings
+        else:
+            db_url = await self.create_database(db_name or f"bench_{name}")
+            tq = f"bench-{name}-{uuid.uuid4().hex[:6]}"
         c = Controller(
             name=name,
-            task_queue=f"bench-{name}-{uuid.uuid4().hex[:6]}",
+            task_queue=tq,
             db_url=db_url,
             timings=timings,
             log_path=self.root / f"controller-{name}.log",
@@ -167,6 +176,9 @@ class BenchEnv:
                 "REAPER_DATABASE_URL": db_url,
                 "REAPER_TASK_QUEUE": c.task_queue,
                 "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
+                # Ports of its own: replicas run side by side (metrics served, as in production).
+                "REAPER_METRICS_PORT": str(free_port()),
+                "REAPER_SDK_METRICS_PORT": str(free_port()),
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -15,8 +15,14 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("5a", "history per heartbeat"),
     ("5b", "longest liveness run"),
     ("6", "controller memory"),
+    ("7a", "scale: registration"),
+    ("7b", "scale: false stalls"),
+    ("7c", "scale: replica memory"),
+    ("7d", "scale: lost after last beat"),
 )
-"""Every metric the bench prints, in order: ``[id] name: ...`` (tests check each is there)."""
+"""Every metric the bench prints, in order: ``[id] name: ...`` (tests check each is there).
+The 7s run in ``--quick`` and, at full size (about 20 minutes), only with ``--scale``."""
+SCALE = frozenset({"7a", "7b", "7c", "7d"})
 
 NAMES = dict(METRICS)
 

@@ -1,0 +1,181 @@
+"""Metric 7: the scale target (issue 11) on this machine.
+
+``workers`` simulated agents heartbeat (liveness only) every ``hb`` seconds against two
+controller replicas (``python worker.py`` twice, one task queue, one database), the first
+beats of the fleet spread over one interval, as a fleet starting up would send them:
+
+- 7a: seconds until every worker is ``running`` in Postgres (target: within ``budget``);
+- 7b: workers that went ``stalled`` (an ``events`` row ``running -> stalled``) while they
+  beat, over ``steady`` seconds of steady state after that (target: none);
+- 7c: the highest resident memory of either replica over the run (target: < 1 GiB each);
+- 7d: for ``silent`` workers whose agents stop a minute into the steady state, from
+  Temporal's acceptance of their last beat to their ``-> lost`` events row (target:
+  ``LOST_AFTER + 2 s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import asyncpg
+
+from bench.common import fmt_bytes
+from bench.env import BenchEnv, Controller
+from bench.fleet import SimFleet, SimWorker
+from bench.result import Metric, verdict
+
+GIB = 2**30
+
+
+def scale_timings(hb: float, stall: float, lost: float) -> dict[str, str]:
+    """Controller settings of the phase (durations in seconds)."""
+    return {
+        "REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s",
+        "REAPER_STALL_AFTER": f"{stall:g}s",
+        "REAPER_LOST_AFTER": f"{lost:g}s",
+        "REAPER_MISSING_TTL": f"{3 * hb:g}s",
+        "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s",
+        "REAPER_RETIRE_AFTER": "24h",
+    }
+
+
+class Sampler:
+    """The highest RSS of each replica, sampled every ``every`` seconds in the background."""
+
+    def __init__(self, replicas: list[Controller], every: float = 1.0) -> None:
+        self.replicas, self.every = replicas, every
+        self.peak = {c.name: 0 for c in replicas}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _loop(self) -> None:
+        while True:
+            for c in self.replicas:
+                if c.alive():
+                    self.peak[c.name] = max(self.peak[c.name], c.rss())
+            await asyncio.sleep(self.every)
+
+    def __enter__(self) -> Sampler:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+
+async def _running(pool: asyncpg.Pool) -> int:
+    return int(await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state = 'running'"))
+
+
+async def _stalled_since(pool: asyncpg.Pool, since: datetime, exclude: set[str]) -> list[str]:
+    rows = await pool.fetch(
+        "SELECT DISTINCT worker FROM reaper.events WHERE kind = 'worker' AND action = 'state'"
+        " AND reason LIKE 'running -> stalled%' AND at >= $1",
+        since,
+    )
+    return sorted(r["worker"] for r in rows if r["worker"] not in exclude)
+
+
+async def run(
+    env: BenchEnv,
+    workers: int,
+    hb: float,
+    stall: float,
+    lost: float,
+    steady: float,
+    budget: float,
+    silent: int,
+    progress: Callable[[str], None],
+) -> list[Metric]:
+    """Measure 7a-7d; ``budget`` and ``steady`` in seconds."""
+    a = await env.start_controller("scale-a", scale_timings(hb, stall, lost))
+    b = await env.start_controller("scale-b", a.timings, replica_of=a)
+    progress(f"controllers 'scale-a' pid {a.pid} and 'scale-b' pid {b.pid} ({a.timings})")
+    pool = await asyncpg.create_pool(a.db_url, min_size=1, max_size=2)
+    fleet = SimFleet(env.client, a.task_queue, hb, concurrency=128)
+    sims = [SimWorker(f"scale-{i:05d}") for i in range(workers)]
+    try:
+        with Sampler([a, b]) as rss:
+            fleet.start()
+            t0 = time.monotonic()
+            fleet.add(sims, spread=hb)
+            n = 0
+            while (n := await _running(pool)) < workers and time.monotonic() - t0 < budget:
+                await asyncio.sleep(1.0)
+                if int(time.monotonic() - t0) % 30 == 0:
+                    progress(f"  scale: {n} of {workers} running")
+            took = time.monotonic() - t0
+            progress(f"  scale: {n} of {workers} running after {took:.0f} s")
+            steady_from = datetime.now(UTC)
+            t1 = time.monotonic()
+            await asyncio.sleep(min(hb, steady / 4))
+            victims = sims[:silent]
+            fleet.kill([v.name for v in victims])
+            killed_at = time.monotonic()
+            left = steady - (killed_at - t1)
+            # Long enough for a late judgement too (a loaded controller's outage grace adds
+            # STALL_AFTER), so that 7d measures how late, not whether.
+            await asyncio.sleep(max(left, lost + stall + 2 * hb - (time.monotonic() - killed_at)))
+            stalled = await _stalled_since(pool, steady_from, {v.name for v in victims})
+            lost_at = {
+                r["worker"]: r["at"]
+                for r in await pool.fetch(
+                    "SELECT worker, min(at) AS at FROM reaper.events WHERE kind = 'worker'"
+                    " AND action = 'state' AND reason LIKE '% -> lost%' AND worker = ANY($1)"
+                    " GROUP BY worker",
+                    [v.name for v in victims],
+                )
+            }
+            steady_s = time.monotonic() - t1
+    finally:
+        await fleet.stop()
+        await pool.close()
+        a.stop()
+        b.stop()
+    delays = [
+        (lost_at[v.name].timestamp() - v.last_sent)
+        for v in victims
+        if v.name in lost_at and v.last_sent is not None
+    ]
+    worst_rss = max(rss.peak.values())
+    common = [
+        f"{workers:,} workers beating every {hb:g} s (liveness only), 2 replicas on one task "
+        f"queue; STALL_AFTER {stall:g} s, LOST_AFTER {lost:g} s; {fleet.sent:,} beats sent, "
+        f"{fleet.errors} failed, the bench sent beats up to {fleet.max_lateness:.1f} s late"
+    ]
+    m7a = Metric(
+        "7a",
+        f"{n:,} of {workers:,} running after {took:.0f} s",
+        f"all within {budget:g} s",
+        verdict(n == workers),
+        common,
+    )
+    m7b = Metric(
+        "7b",
+        f"{len(stalled)} workers stalled while beating over {steady_s:.0f} s",
+        "0",
+        verdict(not stalled and n == workers),
+        [f"first ones: {', '.join(stalled[:5])}"] if stalled else [],
+    )
+    m7c = Metric(
+        "7c",
+        " / ".join(f"{k} {fmt_bytes(v)}" for k, v in rss.peak.items()),
+        "< 1 GiB each",
+        verdict(worst_rss < GIB),
+        [f"{fmt_bytes(sum(rss.peak.values()) / max(n, 1))} per worker (both peaks over the fleet)"],
+    )
+    m7d = Metric(
+        "7d",
+        (
+            f"median {sorted(delays)[len(delays) // 2]:.2f} s, max {max(delays):.2f} s "
+            f"({len(delays)} of {silent} lost)"
+            if delays
+            else f"none of {silent} lost"
+        ),
+        f"<= {lost + 2:g} s",
+        verdict(bool(delays) and len(delays) == silent and max(delays) <= lost + 2),
+    )
+    return [m7a, m7b, m7c, m7d]
