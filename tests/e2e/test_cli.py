@@ -386,7 +386,7 @@ def test_run_serves_the_web_ui_and_stops_everything_on_ctrl_c(tmp_path: Path) ->
         )
     try:
         deadline = time.monotonic() + 60
-        while "controller serving" not in log.read_text():
+        while "serving task queue" not in log.read_text():
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)

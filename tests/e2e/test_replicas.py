@@ -68,12 +68,19 @@ async def task_takers(client: Client, task_queue: str) -> dict[str, Counter[str]
 
 
 async def last_workflow_task_taker(client: Client, workflow_id: str) -> str:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.workflow_task_started_event_attributes.identity
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
-    ][-1]
+    """The identity of the replica that took the workflow's latest workflow task. A run that
+    has just continued as new has taken none yet: wait for its first."""
+
+    async def takers() -> list[str]:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        return [
+            e.workflow_task_started_event_attributes.identity
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+        ]
+
+    found = await eventually(takers, bool, timeout=30, what=f"a workflow task of {workflow_id}")
+    return found[-1]
 
 
 async def destroyed(pool: asyncpg.Pool) -> Counter[str]:
