@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.env import timings
 from bench.result import METRICS, SCALE, Metric, markdown_table, table
 
 # The fleet (metric 4) beats at the contract's default interval, 10 s: 1,000 workers are then
@@ -63,16 +64,6 @@ WRITES_TIMINGS = {
 }
 """Metric 2's controller: every unchanged report re-diffed against Postgres every 2 s, so the
 metric exercises the diff that must write nothing."""
-
-
-def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
-    return {
-        "REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s",
-        "REAPER_STALL_AFTER": f"{stall:g}s",
-        "REAPER_LOST_AFTER": f"{lost:g}s",
-        "REAPER_MISSING_TTL": f"{3 * hb:g}s",
-        "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s",
-    }
 
 
 @dataclass

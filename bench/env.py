@@ -48,6 +48,18 @@ CACHE_WRAPPER = (
 workflow cache (``max_cached_workflows``) forced to N instead of worker.py's own setting."""
 
 
+def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
+    """A controller's settings for a phase: heartbeat, stall and lost as given (seconds),
+    MISSING_TTL and RESYNC_INTERVAL three heartbeat intervals (their least valid values)."""
+    return {
+        "REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s",
+        "REAPER_STALL_AFTER": f"{stall:g}s",
+        "REAPER_LOST_AFTER": f"{lost:g}s",
+        "REAPER_MISSING_TTL": f"{3 * hb:g}s",
+        "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s",
+    }
+
+
 @dataclass
 class Controller:
     """One ``python worker.py`` process with its own task queue, database and timings."""

@@ -23,23 +23,11 @@ from datetime import UTC, datetime
 import asyncpg
 
 from bench.common import fmt_bytes
-from bench.env import BenchEnv, Controller
+from bench.env import BenchEnv, Controller, timings
 from bench.fleet import SimFleet, SimWorker
 from bench.result import Metric, verdict
 
 GIB = 2**30
-
-
-def scale_timings(hb: float, stall: float, lost: float) -> dict[str, str]:
-    """Controller settings of the phase (durations in seconds)."""
-    return {
-        "REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s",
-        "REAPER_STALL_AFTER": f"{stall:g}s",
-        "REAPER_LOST_AFTER": f"{lost:g}s",
-        "REAPER_MISSING_TTL": f"{3 * hb:g}s",
-        "REAPER_RESYNC_INTERVAL": f"{3 * hb:g}s",
-        "REAPER_RETIRE_AFTER": "24h",
-    }
 
 
 class Sampler:
@@ -91,7 +79,7 @@ async def run(
     progress: Callable[[str], None],
 ) -> list[Metric]:
     """Measure 7a-7d; ``budget`` and ``steady`` in seconds."""
-    a = await env.start_controller("scale-a", scale_timings(hb, stall, lost))
+    a = await env.start_controller("scale-a", timings(hb, stall, lost))
     b = await env.start_controller("scale-b", a.timings, replica_of=a)
     progress(f"controllers 'scale-a' pid {a.pid} and 'scale-b' pid {b.pid} ({a.timings})")
     pool = await asyncpg.create_pool(a.db_url, min_size=1, max_size=2)
