@@ -50,7 +50,7 @@ workflow cache (``max_cached_workflows``) forced to N instead of worker.py's own
 
 def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
     """A controller's settings for a phase: heartbeat, stall and lost as given (seconds),
-    MISSING_TTL and RESYNC_INTERVAL three heartbeat intervals (their least valid values)."""
+    MISSING_TTL three heartbeat intervals (its least valid value), RESYNC_INTERVAL as well."""
     return {
         "REAPER_HEARTBEAT_INTERVAL": f"{hb:g}s",
         "REAPER_STALL_AFTER": f"{stall:g}s",
