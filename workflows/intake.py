@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.policy.collection import should_forward
     from reaper.core.protocol import chunk_handles, payload_bytes, report_digest
     from workflows.collector import HandleCollector
-    from workflows.common import CHANGE_FEED, collector_id, run_activity, start_activity
+    from workflows.common import collector_id, run_activity, start_activity
 
 STAGE_PARALLEL = 4
 """Chunks of one report staged at once (each holds a Postgres connection meanwhile)."""
@@ -48,6 +48,10 @@ class ReportIntake:
         """Chunks waiting to be staged: never carried across continue-as-new (the loop
         stages them all before it continues)."""
         self.staging_busy = False
+        self.change_feed = False
+        """Whether this run takes the ``change-feed`` patch: decided once, at the start of
+        the run (``workflows.run_start``), never from a signal handler, whose activation a
+        replay may place elsewhere."""
 
     def backlog(self) -> int:
         """Reports and chunks received but not yet handed to the collector."""
@@ -88,7 +92,7 @@ class ReportIntake:
         if t is None:
             return 0.0
         every = t.resync_interval
-        if t.full_resync_interval is not None and workflow.patched(CHANGE_FEED):
+        if self.change_feed and t.full_resync_interval is not None:
             every = t.full_resync_interval
         return every - t.heartbeat_interval / 2
 

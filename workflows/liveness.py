@@ -220,7 +220,7 @@ class WorkerLiveness:
                 "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
             )
             return
-        record = await begin_run(live, self.gate, first=inp.carried is None)
+        record = await begin_run(live, self.gate, self.intake, first=inp.carried is None)
         early, self.early = self.early or [], None
         for handler, raw in early:
             handler(raw)

@@ -16,17 +16,23 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import BeginRun, WorkerRecord
     from reaper.core.models import LivenessState
+    from workflows.common import CHANGE_FEED
     from workflows.gate import Gate
+    from workflows.intake import ReportIntake
 
 ONE_READ_START = "one-read-start"
 """Patch: a run's three start-up reads in one local activity."""
 READ_TIMEOUT = timedelta(seconds=10)
 
 
-async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecord | None:
+async def begin_run(
+    live: LivenessState, gate: Gate, intake: ReportIntake, first: bool
+) -> WorkerRecord | None:
     """Load ``live.timings`` and the pin (through ``gate``); on a ``first`` run also the
     worker's row, returned for ``Retirement.registers_afresh`` (``None``: not read here, it
-    reads the row itself, as runs before the patch did)."""
+    reads the row itself, as runs before the patch did). Decides whether ``intake`` takes
+    the change feed (patch ``change-feed``), at this fixed point of the run."""
+    intake.change_feed = workflow.patched(CHANGE_FEED)
     if not workflow.patched(ONE_READ_START):
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT

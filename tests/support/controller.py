@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sysconfig
+from typing import Any
 
 import asyncpg
 from temporalio.client import Client
@@ -40,7 +41,21 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]
 
 
-def controller(client: Client, pool: asyncpg.Pool, settings: Settings, task_queue: str) -> Worker:
-    """An in-process controller worker on ``task_queue``."""
+def controller(
+    client: Client,
+    pool: asyncpg.Pool,
+    settings: Settings,
+    task_queue: str,
+    **worker_options: Any,
+) -> Worker:
+    """An in-process controller worker on ``task_queue`` (the SDK's default sandbox), with
+    further ``Worker`` options if given (``max_cached_workflows=1``: nearly every activation
+    replays its history first)."""
     acts = ReaperActivities(pool, settings)
-    return Worker(client, task_queue=task_queue, workflows=ALL_WORKFLOWS, activities=acts.all())
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=ALL_WORKFLOWS,
+        activities=acts.all(),
+        **worker_options,
+    )
