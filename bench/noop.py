@@ -51,12 +51,13 @@ async def _serve(address: str, task_queue: str) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     from activities.temporal import workflow_runner
+    from bench.noop import BenchNoop as Noop  # not __main__'s copy: the sandbox imports it
 
     # The same settings as worker.py's controller Worker.
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[BenchNoop],
+        workflows=[Noop],
         max_concurrent_activities=64,
         workflow_runner=workflow_runner(),
     ):
