@@ -146,8 +146,8 @@ class LivenessActivities(ActivityBase):
 
     @activity.defn(name="begin_liveness")
     async def begin_liveness(self, req: BeginRun) -> RunStart:
-        """Everything a liveness run reads before it acts, in one round trip (a local
-        activity: registering a worker is one workflow task fewer, issue 11): the timings
+        """Everything a liveness run reads before it acts, in one round trip (registering
+        a worker costs one activity instead of two local ones and another, issue 11): the timings
         (:meth:`load_timings`), the pinned key (``load_agent_key``, when authentication is
         on and the run has none) and, on a first run, the ``workers`` row
         (:meth:`worker_record`). Reads only: a retry changes nothing."""

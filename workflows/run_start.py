@@ -1,9 +1,14 @@
 """What a liveness run reads before it acts: its timings, the worker's pin and, on a first
 run, the worker's row (a retired boot is ignored, §5.1).
 
-Since the ``one-read-start`` patch all three come from one local activity
-(``begin_liveness``): registering a worker costs one activity and one workflow task fewer
-(issue 11). Runs recorded before it replay the three reads they made.
+Since the ``one-read-start`` patch all three come from one activity (``begin_liveness``):
+registering a worker costs two local activities fewer (issue 11). Runs recorded before it
+replay the three reads they made. An activity, not a local one: beats that arrive during
+the read wait for it (who may speak depends on the settings), and a local activity's result
+has no place of its own in history, so a replay after an eviction could apply the waiting
+beats around another beat than the run did (a nondeterminism seen with a one-workflow cache,
+tests/e2e/test_replay_always.py); an activity's completion is an event, ordered among the
+signals.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import BeginRun, WorkerRecord
     from reaper.core.models import LivenessState
-    from workflows.common import CHANGE_FEED
+    from workflows.common import CHANGE_FEED, run_activity
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
 
@@ -39,10 +44,10 @@ async def begin_run(
         )
         await gate.load_pin()
         return None
-    start = await workflow.execute_local_activity_method(
+    start = await run_activity(
         ReaperActivities.begin_liveness,
         BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
-        start_to_close_timeout=READ_TIMEOUT,
+        summary=f"read settings and {live.worker}'s row and pin",
     )
     live.timings = start.timings
     gate.use_pin(start.agent_key)

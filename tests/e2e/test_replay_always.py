@@ -1,0 +1,129 @@
+"""Workflows replayed mid-life: a controller whose workflow cache holds one workflow evicts
+and replays its workflows between nearly every two activations, so any code path that a
+replay takes differently from the run it replays (a patch decided in a signal handler, say)
+fails its workflow task here at once. (A cache of none would not do: each task then replays
+from the start and runs on, never resuming a run that was evicted midway.)
+
+Dev server; an in-process controller with ``max_cached_workflows=1`` and a short sticky
+timeout; two agents beating every second with complete reports (one dropping a handle and
+gaining a row, one reporting an unknown one), so that signals race the run's first local
+activity and the collectors' activities; the fleet monitor reads the change feed meanwhile.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from tests.support.agents import Agents
+from tests.support.controller import controller, make_settings
+from tests.support.heartbeats import query_state
+from tests.support.polling import eventually
+from tests.support.scheduler import insert
+from workflows.common import collector_id, fleet_monitor_id, liveness_id
+
+TIMINGS = dict(
+    heartbeat_interval=0.2, stall_after=30, lost_after=60, missing_ttl=2, resync_interval=0.4
+)
+
+
+BENIGN = {
+    # The server refused a completion because a signal came in meanwhile; it hands the task
+    # out again with the signal. Temporal's ordinary flow, not a fault of the workflow.
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+}
+
+
+async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
+    """The failure messages of the workflow's failed workflow tasks (nondeterminism, an
+    exception in workflow code), over all its runs."""
+    failures = []
+    async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        history = await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history()
+        for e in history.events:
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                failed = e.workflow_task_failed_event_attributes
+                if failed.cause not in BENIGN:
+                    failures.append(failed.failure.message)
+    return failures
+
+
+async def last_seq(client: Client, worker: str) -> int:
+    """The liveness's ``last_seq``, or -1 when the query failed: a query that lands on an
+    evicted workflow replays it first, and the SDK's continue-as-new suggestion is not
+    replay-stable inside such a replay (it can fail the query, never the workflow task,
+    which is what this test checks)."""
+    try:
+        st = await query_state(client, worker)
+    except RPCError:
+        return -1
+    return st.last_seq if st.last_seq is not None else -1
+
+
+async def beats_seen(client: Client, worker: str, n: int) -> None:
+    """Wait until ``worker``'s liveness has handled ``n`` more beats."""
+    start = await eventually(
+        lambda: last_seq(client, worker), lambda s: s >= 0, timeout=60, what=f"{worker} seen"
+    )
+    await eventually(
+        lambda: last_seq(client, worker),
+        lambda s: s >= start + n,
+        timeout=120,
+        what=f"{n} more beats of {worker}",
+    )
+
+
+async def test_every_workflow_replays_the_way_it_ran(dev_env, pool) -> None:
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    from reaper.core.models import Timings
+    from workflows.fleet import FleetMonitor
+
+    client = dev_env.client
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:6]
+    workers = [f"r{i}-{suffix}" for i in range(2)]
+    for w in workers:
+        await insert(pool, "containers", w, [f"{w}-c1", f"{w}-c2"])
+    settings = make_settings(**TIMINGS)
+    async with controller(
+        client,
+        pool,
+        settings,
+        tq,
+        max_cached_workflows=1,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+    ):
+        await client.start_workflow(
+            FleetMonitor.run,
+            Timings.of(settings),
+            id=fleet_monitor_id(tq),
+            task_queue=tq,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        with Agents(client, tq, interval=1.0) as agents:
+            for w in workers:
+                agents.reports[w] = {"containers": [f"{w}-c1", f"{w}-c2"], "volumes": []}
+            await eventually(
+                lambda: pool.fetchval("SELECT count(*) FROM reaper.workers"),
+                lambda n: n == len(workers),
+                timeout=60,
+                what="every worker registered",
+            )
+            for w in workers:
+                await beats_seen(client, w, 2)
+            agents.reports[workers[0]] = {"containers": [f"{workers[0]}-c1"], "volumes": []}
+            agents.reports[workers[1]]["volumes"] = ["unknown-volume"]
+            await insert(pool, "volumes", workers[0], [f"{workers[0]}-v1"])  # fed back
+            for w in workers:
+                await beats_seen(client, w, 5)
+        ids = [wid for w in workers for wid in (liveness_id(w), collector_id(w))]
+        for wid in [*ids, fleet_monitor_id(tq)]:
+            assert await failed_tasks(client, wid) == [], wid
+        for wid in [*ids, fleet_monitor_id(tq)]:
+            await client.get_workflow_handle(wid).terminate("test over")
