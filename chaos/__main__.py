@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of random.Random (default 1)")
     parser.add_argument("--rounds", type=int, default=50, help="rounds to play (default 50)")
     parser.add_argument(
-        "--keep", action="store_true", help="keep the temporary directory (logs, data)"
+        "--keep",
+        action="store_true",
+        help="keep the temporary directory (logs, data); kept anyway on a violation",
     )
     args = parser.parse_args(argv)
     campaign = Campaign(args.seed, args.rounds, keep=args.keep)

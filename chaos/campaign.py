@@ -160,7 +160,10 @@ class Campaign:
     async def watch(self) -> None:
         """The checker's steps: read Postgres, check, every ``OBSERVE_EVERY_S``."""
         while self.observing:
-            await observe(self.checker_pool, self.obs)
+            try:
+                await observe(self.checker_pool, self.obs)
+            except Exception as exc:  # a read the driver failed oddly: skip the step, say so
+                self.say(f"checker read failed: {type(exc).__name__}: {exc}")
             self.checker.step()
             await asyncio.sleep(OBSERVE_EVERY_S)
 
@@ -211,6 +214,12 @@ class Campaign:
         self.scan = await histories.scan(self.client, self.stack.task_queue)
         for f in self.scan.failures:
             self.checker.add(Violation("workflow task failed", f.split(" ")[0], f, 0.0))
+        if self.scan.failed:
+            kept = self.root / "histories"
+            kept.mkdir(exist_ok=True)
+            for (wf_id, run_id), text in self.scan.failed.items():
+                (kept / f"{wf_id}-{run_id[:8]}.json").write_text(text)
+            self.say(f"histories of the failed runs in {kept}")
 
     async def close(self) -> None:
         for closer in (
@@ -224,7 +233,10 @@ class Campaign:
                 await asyncio.wait_for(closer(), 15)
             except (AttributeError, Exception):
                 pass
-        self.stack.close(keep=self.keep)
+        keep = self.keep or bool(self.checker.violations)
+        self.stack.close(keep=keep)
+        if keep:
+            self.say(f"kept {self.root} (logs, Postgres data, temporal.db)")
 
     def summary(self) -> int:
         events = list(self.obs.events.values())

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 SERVER_CAUSES = {
     WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
@@ -30,6 +33,8 @@ BAD_ENDS = {
 }
 PARALLEL = 8
 """Histories fetched at once."""
+ATTEMPTS = 6
+"""Tries of one call (0.5 s, 1 s, 2 s, ... apart)."""
 
 
 @dataclass
@@ -40,6 +45,9 @@ class Scan:
     failures: list[str] = field(default_factory=list)
     """One line per failed workflow task (or failed run): workflow id, cause, message."""
     server_causes: Counter[str] = field(default_factory=Counter)
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``(workflow id, run id)`` -> its history as JSON, for each run with a failure (kept
+    with ``--keep``, for a replay with the SDK's ``Replayer``)."""
 
 
 async def scan(client: Client, task_queue: str) -> Scan:
@@ -49,8 +57,10 @@ async def scan(client: Client, task_queue: str) -> Scan:
 
     async def one(wf_id: str, run_id: str, status: WorkflowExecutionStatus | None) -> None:
         async with gate:
-            history = await client.get_workflow_handle(wf_id, run_id=run_id).fetch_history()
+            handle = client.get_workflow_handle(wf_id, run_id=run_id)
+            history = await _patiently(handle.fetch_history)
         out.runs += 1
+        before = len(out.failures)
         if status in BAD_ENDS:
             out.failures.append(f"{wf_id} run {run_id[:8]}: ended {status.name}")
         for e in history.events:
@@ -65,10 +75,28 @@ async def scan(client: Client, task_queue: str) -> Scan:
             else:
                 msg = a.failure.message.splitlines()[0] if a.failure.message else ""
                 out.failures.append(f"{wf_id} run {run_id[:8]} event {e.event_id}: {cause}: {msg}")
+        if len(out.failures) > before:
+            out.failed[(wf_id, run_id)] = history.to_json()
 
-    jobs = [
-        one(wf.id, wf.run_id, wf.status)
-        async for wf in client.list_workflows(f"TaskQueue = '{task_queue}'")
-    ]
-    await asyncio.gather(*jobs)
+    async def listing() -> list[tuple[str, str, WorkflowExecutionStatus | None]]:
+        return [
+            (wf.id, wf.run_id, wf.status)
+            async for wf in client.list_workflows(f"TaskQueue = '{task_queue}'")
+        ]
+
+    await asyncio.gather(*(one(*run) for run in await _patiently(listing)))
     return out
+
+
+T = TypeVar("T")
+
+
+async def _patiently(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, tried again on an RPC error: the campaign's client gives up on a call
+    within a second (its agents' loops are their retry), a loaded server may take longer."""
+    for attempt in range(ATTEMPTS - 1):
+        try:
+            return await call()
+        except RPCError:
+            await asyncio.sleep(0.5 * 2**attempt)
+    return await call()

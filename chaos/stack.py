@@ -216,12 +216,11 @@ class Stack:
 
     async def client(self) -> Client:
         """One Temporal client for the whole fleet: calls fail fast (an agent's loop is its
-        retry), the SDK core logs errors only."""
+        retry), the SDK core silent: its errors while a server is down are expected here, and
+        nothing may print after the last line."""
         runtime = Runtime(
             telemetry=TelemetryConfig(
-                logging=LoggingConfig(
-                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")
-                )
+                logging=LoggingConfig(filter=TelemetryFilter(core_level="OFF", other_level="OFF"))
             )
         )
         return await Client.connect(
