@@ -58,6 +58,8 @@ class Campaign:
         self.stack = Stack(self.root, CONTROLLER_ENV)
         self.faults = Faults(self.stack, self.ledger, self.say)
         self.observing = True
+        self.completed = False
+        """Set once the final check ran; a campaign that did not get there keeps its directory."""
 
     def say(self, msg: str) -> None:
         print(f"[{time.monotonic() - self.t0:7.1f}s] {msg}", flush=True)
@@ -81,6 +83,7 @@ class Campaign:
             self.observing = False
             await watcher
             await self.final()
+            self.completed = True
         finally:
             await self.close()
         return self.summary()
@@ -233,7 +236,7 @@ class Campaign:
                 await asyncio.wait_for(closer(), 15)
             except (AttributeError, Exception):
                 pass
-        keep = self.keep or bool(self.checker.violations)
+        keep = self.keep or bool(self.checker.violations) or not self.completed
         self.stack.close(keep=keep)
         if keep:
             self.say(f"kept {self.root} (logs, Postgres data, temporal.db)")
