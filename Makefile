@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check demo bench property clean sysdeps
+.PHONY: run test check demo bench property chaos clean sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ sysdeps:
 # random timelines.
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
-		tests/core tests/policy tests/activities tests/workflows
+		tests/core tests/policy tests/activities tests/workflows tests/chaos
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
 
 # Random timelines through the real workflows against the reference model, many more than in
@@ -47,6 +47,11 @@ test: $(STAMP) sysdeps
 property: $(STAMP)
 	REAPER_TIMELINE_EXAMPLES=$${REAPER_TIMELINE_EXAMPLES:-200} \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/workflows/test_property.py
+
+# A chaos campaign against its own stack (README: Chaos campaign): SEED and ROUNDS choose it;
+# the last line counts rounds, kills, destroys, reaps and violations (exit 1 on a violation).
+chaos: $(STAMP)
+	$(BIN)/python -m chaos --seed $${SEED:-7} --rounds $${ROUNDS:-200}
 
 demo: $(STAMP)
 	$(BIN)/reaper demo

@@ -1,0 +1,209 @@
+"""What each round does, drawn from the campaign's ``random.Random(seed)``.
+
+Only the main loop draws, in a fixed order, from what the campaign itself decided (which
+agents are silent, dead, retired, which replicas are down): the choices of a campaign
+follow from its seed. (Which handle an agent drops is drawn from what it holds, which
+includes tasks the controller assigned; the kind of each choice and its timing do not
+depend on that.)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from chaos.faults import LOCKABLE, ROW_LOCKS
+from chaos.settings import AGENTS_MAX, LOST_AFTER_S, MISSING_TTL_S, STALL_AFTER_S
+
+AGENT_ACTIONS = {
+    "drop": 10,
+    "flap": 5,
+    "silence": 6,
+    "reboot": 3,
+    "wipe": 2,
+    "stray": 2,
+    "drain": 3,
+    "undrain": 3,
+    "retire": 2,
+    "rejoin": 3,
+    "die": 1,
+    "revive": 2,
+    "join": 2,
+    "partition": 1,
+}
+"""Relative weights of what an agent (or, for ``partition``, most of the fleet) does."""
+SCHEDULER_ACTIONS = {"handle": 6, "two-phase": 3, "phantom": 2, "creating": 1, "service": 4}
+FAULTS = {
+    "kill": 40,
+    "kill-both": 8,
+    "temporal": 10,
+    "postgres-crash": 6,
+    "postgres-fast": 4,
+    "lock": 12,
+    "sleep": 10,
+    "terminate": 10,
+}
+FAULT_CHANCE = 0.6
+"""Chance that a round starts a fault."""
+SCHEDULER_CHANCE = 0.6
+"""Chance that a round has a scheduler insert."""
+MAX_DEAD = 2
+"""Agents dead at once at most: with six or more agents, dead ones alone never reach the
+disruption threshold, so the final state can be checked with reaps allowed."""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing to do: ``what`` and its arguments."""
+
+    what: str
+    args: tuple[object, ...] = ()
+
+    def __str__(self) -> str:
+        return " ".join(
+            [self.what, *(f"{a:.1f}" if isinstance(a, float) else str(a) for a in self.args)]
+        )
+
+
+@dataclass
+class Fleet:
+    """What the planner knows of the fleet: agents by mode, what each holds, replicas."""
+
+    modes: dict[str, str]
+    held: dict[str, dict[str, list[str]]]
+    draining: set[str]
+    busy: set[str]
+    replicas_alive: list[bool]
+    counter: list[int] = field(default_factory=lambda: [0])
+    retired_seen: set[str] = field(default_factory=set)
+    """Workers Postgres shows ``retired``: only those rejoin (a retire still in flight
+    when the host comes back retires the new boot; see the README's findings)."""
+
+    def names(self, *modes: str) -> list[str]:
+        return sorted(n for n, m in self.modes.items() if m in modes)
+
+    def fresh(self, prefix: str) -> str:
+        self.counter[0] += 1
+        return f"{prefix}-{self.counter[0]}"
+
+
+def plan_round(rng: random.Random, fleet: Fleet) -> list[Action]:
+    """The actions of one round: zero to two agent actions, maybe a scheduler insert,
+    maybe a fault. Draws a fixed number of values per decision so rounds stay aligned."""
+    actions: list[Action] = []
+    for _ in range(rng.choices([0, 1, 2], [3, 5, 2])[0]):
+        what = rng.choices(list(AGENT_ACTIONS), list(AGENT_ACTIONS.values()))[0]
+        pick, extra = rng.random(), rng.random()
+        a = _agent_action(what, pick, extra, fleet)
+        if a is not None:
+            actions.append(a)
+    if rng.random() < SCHEDULER_CHANCE:
+        what = rng.choices(list(SCHEDULER_ACTIONS), list(SCHEDULER_ACTIONS.values()))[0]
+        pick, extra = rng.random(), rng.random()
+        a = _scheduler_action(what, pick, extra, fleet)
+        if a is not None:
+            actions.append(a)
+    if rng.random() < FAULT_CHANCE:
+        what = rng.choices(list(FAULTS), list(FAULTS.values()))[0]
+        pick, extra = rng.random(), rng.random()
+        a = _fault(what, pick, extra, fleet)
+        if a is not None:
+            actions.append(a)
+    return actions
+
+
+def _choose(items: list[str], pick: float) -> str | None:
+    return items[int(pick * len(items))] if items else None
+
+
+def _agent_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action | None:
+    active = fleet.names("active")
+    if what == "join":
+        if len(fleet.modes) >= AGENTS_MAX:
+            return None
+        return Action("join", (f"w{len(fleet.modes)}",))
+    if what == "partition":  # most of the fleet silent at once: full disruption (rule 6)
+        n = len(active)
+        if n < 4:
+            return None
+        quiet = max(1, round(0.6 * n))
+        return Action("partition", (tuple(active[:quiet]), 2.0 + extra * (LOST_AFTER_S + 6)))
+    if what in ("rejoin", "revive"):
+        if what == "rejoin":
+            pool = [n for n in fleet.names("retired") if n in fleet.retired_seen]
+        else:
+            pool = fleet.names("dead")
+        name = _choose(pool, pick)
+        return Action("rejoin", (name,)) if name else None
+    name = _choose(active, pick)
+    if name is None:
+        return None
+    held = fleet.held[name]
+    if what in ("drop", "flap"):
+        kind = ("containers", "volumes", "tasks")[int(extra * 3)]
+        handle = _choose(sorted(held[kind]), (extra * 3) % 1)
+        if handle is None:
+            return None
+        if what == "drop":
+            return Action("drop", (name, kind, handle))
+        return Action("flap", (name, kind, handle, 0.5 + extra * (MISSING_TTL_S - 2.0)))
+    if what == "silence":
+        # Short (< STALL_AFTER), a stall, or long enough to be lost and reaped.
+        top = LOST_AFTER_S + 8
+        return Action("silence", (name, 1.0 + extra * (top - 1.0)))
+    if what in ("reboot", "wipe"):
+        return Action("reboot", (name, what == "wipe"))
+    if what == "stray":
+        return Action("stray", (name, "containers", fleet.fresh(f"stray-{name}")))
+    if what == "drain":
+        return Action("drain", (name, True)) if name not in fleet.draining else None
+    if what == "undrain":
+        name = _choose(sorted(fleet.draining & set(active)), pick)
+        return Action("drain", (name, False)) if name else None
+    if what == "retire":
+        return Action("retire", (name,)) if len(active) > 4 else None
+    if what == "die":
+        if len(fleet.names("dead")) >= MAX_DEAD or len(active) <= 4:
+            return None
+        return Action("die", (name,))
+    raise AssertionError(what)
+
+
+def _scheduler_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action | None:
+    if what == "service":
+        return Action("service", (fleet.fresh("svc"), 1 + int(extra * 4)))
+    name = _choose(fleet.names("active"), pick)
+    if name is None:
+        return None
+    kind = "containers" if extra < 0.5 else "volumes"
+    handle = fleet.fresh(f"{kind[0]}-{name}")
+    if what in ("handle", "two-phase"):
+        return Action("handle", (name, kind, handle, what == "two-phase"))
+    return Action("phantom", (name, kind, handle, what == "creating"))
+
+
+def _fault(what: str, pick: float, extra: float, fleet: Fleet) -> Action | None:
+    if what == "kill":
+        alive = [str(i) for i, up in enumerate(fleet.replicas_alive) if up]
+        if len(alive) < 1:
+            return None
+        i = int(_choose(alive, pick) or 0)
+        return Action("kill", (i, 0.5 + extra * 6.0))
+    if what == "kill-both":
+        if not all(fleet.replicas_alive):
+            return None
+        return Action("kill-both", (1.0 + extra * 10.0,))
+    outage = {"temporal", "postgres"} & fleet.busy
+    if what == "temporal":
+        down = 1.0 + extra * (LOST_AFTER_S + STALL_AFTER_S)
+        return None if outage else Action("temporal", (down,))
+    if what.startswith("postgres"):
+        mode = "immediate" if what == "postgres-crash" else "fast"
+        return None if outage else Action("postgres", (mode, 1.0 + extra * 8.0))
+    if "postgres" in fleet.busy or "lock" in fleet.busy:
+        return None
+    if what == "lock":
+        return Action("lock", (_choose(list(LOCKABLE), pick), 5.0 + extra * 20.0))
+    if what == "sleep":
+        return Action("sleep", (_choose(sorted(ROW_LOCKS), pick), 5.0 + extra * 20.0))
+    return Action("terminate")
