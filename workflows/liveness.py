@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState
     from reaper.core.policy import liveness as policy
+    from reaper.core.policy.fleet import retire_is_stale
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.common import should_continue_as_new
     from workflows.gate import Gate
@@ -173,6 +174,10 @@ class WorkerLiveness:
             return
         if live.last_heartbeat_at is None or live.state is WorkerState.retired:
             workflow.logger.info("retire of %s ignored: unknown or retired already", live.worker)
+            return
+        if retire_is_stale(req.boot_id, live.boot_id):
+            live.ignored += 1
+            workflow.logger.info("retire of %s's boot %s ignored: gone", live.worker, req.boot_id)
             return
         live.retire_request, live.retire_automatic, live.retire_retry_at = req, False, None
 

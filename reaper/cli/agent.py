@@ -252,7 +252,9 @@ class Agent:
             True once delivered; False if Temporal stayed unreachable or there is no running
             ``liveness-{worker}`` (never registered, or retired already).
         """
-        payload = {"reason": reason, "actor": "agent"}
+        # The boot it retires: delivered late, after this host restarted, it must not
+        # retire the new boot (policy.fleet.retire_is_stale).
+        payload = {"reason": reason, "actor": "agent", "boot_id": self.boot_id}
         wf_id = liveness_id(self.worker)
         give_up = time.monotonic() + deadline_s
         while True:

@@ -169,6 +169,9 @@ class ReasonInput(BaseModel):
 
     reason: str = Field(default="", max_length=1000)
     actor: str = Field(default="operator", max_length=200)
+    boot_id: str | None = Field(default=None, max_length=253)
+    """``retire`` only, optional (beyond the contract): the boot it retires; a retire that
+    arrives after another boot beat is ignored (``policy.fleet.retire_is_stale``)."""
 
 
 class StateView(BaseModel):

@@ -15,6 +15,7 @@ from reaper.core.policy.fleet import (
     may_reap,
     may_retire,
     retire_due,
+    retire_is_stale,
     take_reap_token,
 )
 
@@ -140,3 +141,16 @@ def test_stray_tasks_on_lost_or_retired_workers(task, worker, reaped, fleet, str
 
 def test_retire_due_counts_from_state_since():
     assert retire_due(at(100), 86400) == at(86500)
+
+
+@pytest.mark.parametrize(
+    "retire_boot, current_boot, stale",
+    [
+        (None, "b2", False),  # an operator's retire names no boot: it acts
+        ("b2", "b2", False),  # the agent retires the boot it runs
+        ("b1", "b2", True),  # delivered after the host restarted as b2: ignored
+        ("b1", None, True),  # a boot this liveness never heard of
+    ],
+)
+def test_a_retire_for_a_boot_that_is_gone_is_ignored(retire_boot, current_boot, stale):
+    assert retire_is_stale(retire_boot, current_boot) is stale

@@ -120,6 +120,25 @@ async def test_retired_boot_is_ignored_and_a_new_boot_registers_afresh(fleet):
     assert (await fleet.state(a)).state == "running"
 
 
+async def test_a_retire_delivered_after_the_host_restarted_does_not_retire_the_new_boot(fleet):
+    a = fleet.name("a")
+    await fleet.beat(a, containers=[])
+    old_boot = fleet.boot[a]
+    fleet.reboot(a)  # the host restarts; its old agent's retire is still on its way
+    await fleet.beat(a, containers=[])
+    handle = fleet.client.get_workflow_handle(liveness_id(a))
+    before = (await fleet.state(a)).ignored
+    await handle.signal("retire", {"reason": "shutdown", "actor": "agent", "boot_id": old_boot})
+    await eventually(lambda: fleet.state(a), lambda s: s.ignored > before, what="retire seen")
+    await fleet.advance(HB, beating={a: {"containers": []}})
+    assert (await worker_row(fleet.pool, a))["state"] == "running"
+    # The same agent's retire for the boot it runs acts.
+    await handle.signal(
+        "retire", {"reason": "shutdown", "actor": "agent", "boot_id": fleet.boot[a]}
+    )
+    await retired(fleet, a)
+
+
 async def test_retired_workers_count_neither_way_in_rule_6(fleet):
     a, b, c = fleet.name("a"), fleet.name("b"), fleet.name("c")
     for w in (a, b, c):

@@ -167,6 +167,23 @@ def may_retire(
     return ReapVerdict(True)
 
 
+def retire_is_stale(retire_boot: str | None, current_boot: str | None) -> bool:
+    """Whether a ``retire`` is ignored because it speaks for a boot that is gone.
+
+    ``retire`` may name the boot it retires (``boot_id``; the reference agent sends its own
+    on a planned shutdown). A retire that Temporal delivered late, after the host restarted
+    and a new boot beat, must not retire the new boot: its beats would be ignored for ever
+    and a live host would silently leave the fleet (found by the chaos campaign, seed 3).
+    A retire that names no boot (an operator's, a v1.1 client's) acts as CONTRACT.md §5.1
+    says.
+
+    Args:
+        retire_boot: the ``boot_id`` the signal names, or ``None``.
+        current_boot: the worker's current boot id in its liveness, or ``None`` (never beat).
+    """
+    return retire_boot is not None and retire_boot != current_boot
+
+
 def is_stray(
     task_state: str, worker_state: str | None, reaped: bool, fleet: FleetState | str
 ) -> bool:
