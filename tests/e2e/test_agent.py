@@ -112,7 +112,9 @@ async def test_agent_reports_its_directories_and_applies_assignments_and_orphans
         try:
             view = await eventually(
                 lambda: _state(client, w),
-                lambda v: v is not None and v.state == "running",
+                # A liveness shows its first beat once its run has read the settings (who may
+                # speak depends on them): until then it answers with no boot and no seq.
+                lambda v: v is not None and v.state == "running" and v.last_seq is not None,
                 what="first beat handled",
             )
             assert view.boot_id == agent.boot_id

@@ -147,8 +147,10 @@ class DevServer(ChildProcess):
             ]
         else:
             self.argv += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
-            for name, kind in SEARCH_ATTRIBUTES.items():
-                self.argv += ["--search-attribute", f"{name}={kind.capitalize()}"]
+        # Registered from the start: an in-process controller (unlike worker.py) registers
+        # none, and a workflow that upserts an unknown one fails every workflow task.
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            self.argv += ["--search-attribute", f"{name}={kind.capitalize()}"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
