@@ -94,12 +94,16 @@ async def test_worked_example_heartbeats_with_the_temporal_cli(
         answer = last_json(stdout)
         [view] = answer.get("queryResult", [answer])
         assert view["worker"] == worker and view["state"] == "running", view
-        assert view["last_seq"] == 2 and view["boot_id"], view
+        # A query that races the last signal may answer from the workflow task before it
+        # (the doc says so): seq 1 or 2, never anything else.
+        assert view["last_seq"] in (1, 2) and view["boot_id"], view
         # The CLI prints the workflow's empty lists as null (a Go nil slice): none either way.
         assert not view["assignments"] and not view["orphans"] and view["rejected"] == 0, view
 
         # The controller holds the worker as running, and Postgres shows it.
-        state = await query_state(client, worker)
+        state = await eventually(
+            lambda: query_state(client, worker), lambda s: s.last_seq == 2, what="seq 2 applied"
+        )
         assert (state.state, state.last_seq, state.ignored) == ("running", 2, 0)
         assert (state.assignments, state.orphans) == ([], [])
         assert state.report_digests.keys() >= {"containers", "volumes", "tasks"}
