@@ -9,14 +9,23 @@ so the dead worker ``w0`` was never judged lost and its tasks never reaped (rule
 What the history shows: the Temporal dev server was down from 22:45:26 to 22:45:40 (a
 SIGKILL and a restart on its SQLite file); the deadline timer fired on the restart (event
 28), two beats arrived (30, 31), and the workflow task started at 22:45:42.836 (32, on a
-replica restarted meanwhile) answered with a 5.25 s deadline timer (34): the controller took
-those beats as ordinary ones. Replayed, the same beats are a return (16.6 s after the
-previous beat at 22:45:26.243, more than ``STALL_AFTER`` + 0.25 s), whose first command is
-``record_worker_state``: the history cannot be replayed, by the SDK's ``Replayer`` or by a
-fresh controller, and the run is stuck. The code made a decision the history does not
-support, so the live task saw other inputs than its history holds (a ``workflow.now()``
-that was not the task's start time, or the beats not yet applied); which, and why, is not
-established. Marked ``xfail(strict=True)``: a change that makes it replay must say so here.
+replica restarted meanwhile, so with the whole history and no cached run) answered with a
+5.250 s deadline timer (34) and nothing else. Replayed, the same beats are a return (16.6 s
+after the previous beat at 22:45:26.2438, more than ``STALL_AFTER`` + 0.25 s), whose first
+command is ``record_worker_state``: the history cannot be replayed, by the SDK's
+``Replayer`` or by a fresh controller, and the run is stuck.
+
+Which input differed follows from the timer: 5.250 s is exactly ``STALL_AFTER`` (5 s) plus
+the slack (0.25 s) from a beat handled at the very ``workflow.now()`` of that activation,
+and the only start time that gives it is 22:45:26.2438, the start of the *previous* task
+(26). With the recorded 22:45:42.836 the beats are a return; had they been unseen, the late
+deadline would have stalled the worker (also ``record_worker_state`` first). So the live
+activation ran with the previous task's clock: ``workflow.now()`` did not move to the new
+task's start. Our code reads time only through ``workflow.now()``; the activation's time
+comes from the SDK core and the server's poll response, which is where the cause lies (the
+same sequence without the dev-server restart gives the right clock: a worker gone, a timer
+fired, two signals, a fresh worker, tried 2026-12-02). Marked ``xfail(strict=True)``: a
+change that makes it replay must say so here.
 """
 
 from __future__ import annotations
