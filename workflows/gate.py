@@ -3,9 +3,10 @@
 :class:`Gate` checks a heartbeat's or an operator signal's Ed25519 signature
 (``reaper.core.signing``) and applies ``reaper.core.policy.auth``. Everything it reads is in
 workflow history or in the workflow's state: the mode and the operator keys come with the
-``load_timings`` result, the pin with the liveness's state (and ``load_agent_key`` at the
-start of a run). No secret is involved: only public keys and signatures, so replaying an
-old history gives the same verdicts whatever the controller's settings are today.
+run's start-up read (``begin_liveness``; ``load_timings`` in runs recorded before it), the
+pin with the liveness's state (and that read's pin at the start of a run). No secret is
+involved: only public keys and signatures, so replaying an old history gives the same
+verdicts whatever the controller's settings are today.
 """
 
 from __future__ import annotations

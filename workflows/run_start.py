@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.intake import ReportIntake
 
 ONE_READ_START = "one-read-start"
-"""Patch: a run's three start-up reads in one local activity."""
+"""Patch: a run's three start-up reads in one activity (``begin_liveness``)."""
 READ_TIMEOUT = timedelta(seconds=10)
 
 

@@ -8,6 +8,7 @@ fail a workflow task.
 from __future__ import annotations
 
 import copy
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -23,8 +24,9 @@ from reaper.core.signing import (
     sign_heartbeat,
     sign_operator_signal,
 )
+from tests.support.controller import controller, make_settings
 from tests.support.fleet import Fleet, fleet_with
-from tests.support.heartbeats import query_state
+from tests.support.heartbeats import query_state, send
 from tests.support.polling import eventually
 from tests.support.scheduler import insert, rows, setup_service, task_states
 from workflows.common import collector_id, liveness_id
@@ -120,6 +122,48 @@ async def test_pin_survives_agent_restart(time_env, pool):
         boot = fleet.boot[w]
         st = await fleet.raw(w, {"worker": w, "boot_id": "b2", "seq": 0, "containers": []})
         assert st.rejected == 1 and st.boot_id == boot
+
+
+async def test_pin_survives_a_controller_restart_and_a_lost_run(time_env, pool):
+    """The pin is in the liveness's state, which a restarted controller replays, and in
+    Postgres, which a run that starts without it reads (here the old run was terminated).
+    The first controller caches nothing, so it leaves no sticky queue for the second to wait
+    out: the second rebuilds every workflow from its history, as after a crash."""
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    settings = make_settings()
+    fleet = Fleet(time_env, pool, tq)
+    w = fleet.name("w")
+    try:
+        async with controller(time_env.client, pool, settings, tq, max_cached_workflows=0):
+            fleet.keys[w] = new_private_key()
+            await fleet.beat(w)
+            await eventually(
+                lambda: pool.fetchval(
+                    "SELECT public_key FROM reaper.agent_keys WHERE worker = $1", w
+                ),
+                lambda k: k == public_key_text(fleet.keys[w]),
+                what="key pinned",
+            )
+        async with controller(time_env.client, pool, settings, tq):  # nothing cached
+            boot, seq = fleet.boot[w], fleet.seq[w]
+            impostor = sign_heartbeat(
+                forged(fleet, w, boot_id="boot-evil", seq=0, containers=[]), new_private_key()
+            )
+            st = await fleet.raw(w, impostor)
+            assert st.rejected == 1
+            await assert_unmoved(fleet, w, boot, seq)
+            assert (await fleet.beat(w)).last_seq == seq + 1
+            await time_env.client.get_workflow_handle(liveness_id(w)).terminate("run lost")
+            await send(time_env.client, tq, impostor, worker=w)  # starts a new run
+            st = await eventually(
+                lambda: query_state(time_env.client, w),
+                lambda s: s.rejected == 1,
+                what="the new run rejects the impostor",
+            )
+            assert st.boot_id is None and st.last_seq is None
+            assert (await fleet.beat(w)).state == "running"  # the genuine agent is heard
+    finally:
+        await fleet.close()
 
 
 async def test_required_mode_registers_nobody_from_an_unsigned_beat(time_env, pool):
