@@ -118,6 +118,7 @@ async def run(
                 )
             }
             steady_s = time.monotonic() - t1
+            n_end = await _running(pool)
     finally:
         await fleet.stop()
         await pool.close()
@@ -141,9 +142,14 @@ async def run(
         verdict(n == workers),
         common,
     )
+    unfinished = (
+        f" (not judged: registration unfinished, {n_end:,} running at the end)"
+        if n != workers
+        else ""
+    )
     m7b = Metric(
         "7b",
-        f"{len(stalled)} workers stalled while beating over {steady_s:.0f} s",
+        f"{len(stalled)} workers stalled while beating over {steady_s:.0f} s{unfinished}",
         "0",
         verdict(not stalled and n == workers),
         [f"first ones: {', '.join(stalled[:5])}"] if stalled else [],
@@ -153,7 +159,10 @@ async def run(
         " / ".join(f"{k} {fmt_bytes(v)}" for k, v in rss.peak.items()),
         "< 1 GiB each",
         verdict(worst_rss < GIB),
-        [f"{fmt_bytes(sum(rss.peak.values()) / max(n, 1))} per worker (both peaks over the fleet)"],
+        [
+            f"{fmt_bytes(sum(rss.peak.values()) / max(n_end, 1))} per worker (both peaks over "
+            f"the {n_end:,} running at the end)"
+        ],
     )
     m7d = Metric(
         "7d",
