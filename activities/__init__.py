@@ -33,6 +33,7 @@ class ReaperActivities(
             self.load_timings,
             self.begin_liveness,
             self.record_worker_state,
+            self.refresh_heartbeat,
             self.set_draining,
             self.fleet_status,
             self.fleet_upkeep,

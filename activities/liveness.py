@@ -9,6 +9,7 @@ from activities.fleet import refresh_fleet
 from activities.types import (
     BeginRun,
     DrainChange,
+    HeartbeatRefresh,
     RecordResult,
     RunStart,
     WorkerRecord,
@@ -132,6 +133,33 @@ class LivenessActivities(ActivityBase):
             if old_state != new_state:
                 fleet = await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
             return RecordResult(fleet=fleet, marks_cleared=cleared)
+
+    @activity.defn(name="refresh_heartbeat")
+    async def refresh_heartbeat(self, beat: HeartbeatRefresh) -> bool:
+        """Write a later ``last_seq`` and ``last_heartbeat_at`` to the worker's row, one
+        statement, nothing else (CONTRACT.md §5.3: the row lags the liveness by at most
+        ``STALL_AFTER``).
+
+        Run as a local activity by the liveness when only the lag calls for a write
+        (``policy.liveness.row_refresh_due``): no activity task and no workflow task of its
+        own, so the steady beats of a fleet cost Temporal one signal each (issue 11, bench
+        metric 4). Guarded by the boot it refreshes and by time, so a retry, or a refresh
+        that lands after a newer state record, changes nothing.
+
+        Returns:
+            True if the row was written.
+        """
+        written = await self.pool.fetchval(
+            "UPDATE reaper.workers SET last_seq = $3, last_heartbeat_at = $4"
+            " WHERE name = $1 AND boot_id = $2 AND state <> 'retired'"
+            " AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $4)"
+            " RETURNING true",
+            beat.worker,
+            beat.boot_id,
+            beat.last_seq,
+            beat.last_heartbeat_at,
+        )
+        return bool(written)
 
     @activity.defn(name="worker_record")
     async def worker_record(self, worker: str) -> WorkerRecord:

@@ -29,6 +29,16 @@ class WorkerStateChange(BaseModel):
     ``workers.force_reap_at``, the evidence a forced reap needs (CONTRACT.md §5.2)."""
 
 
+class HeartbeatRefresh(BaseModel):
+    """Bring ``workers.last_seq`` and ``last_heartbeat_at`` up to the liveness's (§5.3) when
+    nothing else about the worker changed. Times UTC."""
+
+    worker: str
+    boot_id: str
+    last_seq: int
+    last_heartbeat_at: datetime
+
+
 class FleetView(BaseModel):
     """The fleet's disruption state as stored in ``reaper.fleet`` (CONTRACT.md rule 6)."""
 

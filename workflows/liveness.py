@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import should_continue_as_new
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
-    from workflows.liveness_steps import LivenessSteps
+    from workflows.liveness_steps import REFRESH_LOCAL, LivenessSteps
     from workflows.run_start import begin_run
     from workflows.view import state_view
 
@@ -121,7 +121,7 @@ class WorkerLiveness:
         if returned:
             self._record_return(now)
         self.intake.take(beat, now, returned)
-        self.steps.show_details()
+        self.steps.view.show_details()
 
     def _record_return(self, now: datetime) -> None:
         """The worker is back: running again, and only reports from now on decide (rule 4)."""
@@ -187,7 +187,7 @@ class WorkerLiveness:
         self.live.collected[inp.kind] = inp.status
         if inp.assignments is not None:
             self.live.assignments = inp.assignments
-        self.steps.show_details()
+        self.steps.view.show_details()
 
     @workflow.signal(name="want_report")
     def want_report(self, kind: str) -> None:
@@ -226,10 +226,11 @@ class WorkerLiveness:
             )
             return
         record = await begin_run(live, self.gate, self.intake, first=inp.carried is None)
+        self.steps.refresh_local = workflow.patched(REFRESH_LOCAL)
         early, self.early = self.early or [], None
         for handler, raw in early:
             handler(raw)
-        self.steps.show_details()  # dropped at continue-as-new: shown again
+        self.steps.view.show_details()  # dropped at continue-as-new: shown again
         if inp.carried is None and not await self.steps.retirement.registers_afresh(record):
             return
         while True:

@@ -12,25 +12,27 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import DrainChange, PinRequest, WorkerStateChange
+    from activities.types import DrainChange, HeartbeatRefresh, PinRequest, WorkerStateChange
     from reaper.core.contract import WorkerState
-    from reaper.core.models import LivenessState, ReapInput, ReapResult, Timings
-    from reaper.core.policy.fleet import FleetState
-    from workflows.common import (
-        MISSING_ATTR,
-        STATE_ATTR,
-        WORKER_ATTR,
-        collector_id,
-        reap_id,
-        run_activity,
-    )
+    from reaper.core.models import LivenessState, Timings
+    from reaper.core.policy import liveness as policy
+    from workflows.common import run_activity
     from workflows.intake import ReportIntake
-    from workflows.reap import WorkerReap
+    from workflows.reap import reap_step
     from workflows.retirement import Retirement
-    from workflows.view import CurrentDetails, liveness_details, liveness_facts
+    from workflows.view import LivenessView
+
+REFRESH_LOCAL = "refresh-local"
+"""Patch: a row whose ``last_heartbeat_at`` only lags is refreshed by a local activity
+(``refresh_heartbeat``) instead of a ``record_worker_state`` activity."""
+REFRESH_TIMEOUT = timedelta(seconds=5)
+REFRESH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=0.5), maximum_attempts=2)
+"""A refresh holds its workflow task while it runs: two short attempts, then skipped."""
 
 
 class LivenessSteps:
@@ -48,11 +50,12 @@ class LivenessSteps:
         self.drain_change: DrainChange | None = None
         """A ``drain`` or ``undrain`` not yet applied (never carried: the loop applies it
         before it continues as new)."""
-        self.shown: tuple[str, int] | None = None
-        """Search attribute values last upserted."""
-        self.details = CurrentDetails()
+        self.view = LivenessView(live)
         self.fleet_seen: str | None = None
         """The fleet state returned by this turn's record, if any (read by the reap)."""
+        self.refresh_local = False
+        """Whether this run takes the ``refresh-local`` patch (decided once, at the start of
+        the run): a lagging row is refreshed by a local activity, not a state record."""
 
     @property
     def timings(self) -> Timings:
@@ -62,7 +65,8 @@ class LivenessSteps:
     # ---- what needs doing --------------------------------------------------------------
 
     def need_record(self) -> bool:
-        """A state change, a return, a new boot or a lagging ``last_heartbeat_at`` to write."""
+        """A state change, a return or a new boot to write (and, in runs recorded before the
+        ``refresh-local`` patch, a lagging ``last_heartbeat_at``)."""
         live = self.live
         if live.last_heartbeat_at is None or live.state is WorkerState.retired:
             return False
@@ -72,8 +76,16 @@ class LivenessSteps:
             return True
         if live.state is WorkerState.running and live.recorded_return != live.returned_at:
             return True
-        lag = live.last_heartbeat_at - (live.recorded_heartbeat_at or live.last_heartbeat_at)
-        return lag.total_seconds() >= self.timings.stall_after / 2
+        return not self.refresh_local and self.need_refresh()
+
+    def need_refresh(self) -> bool:
+        """Only ``last_heartbeat_at`` lags: a refresh of the row (§5.3), nothing more."""
+        live = self.live
+        if live.last_heartbeat_at is None or live.state is WorkerState.retired:
+            return False
+        return policy.row_refresh_due(
+            live.last_heartbeat_at, live.recorded_heartbeat_at, self.timings.stall_after
+        )
 
     def need_pin(self) -> bool:
         """A key pinned by a beat and not yet written to ``reaper.agent_keys`` (§5.2)."""
@@ -109,13 +121,14 @@ class LivenessSteps:
         """Whether :meth:`step` would do anything now."""
         return (
             self.need_record()
+            or self.need_refresh()
             or self.need_reap()
             or self.need_retire()
             or self.drain_change is not None
             or self.need_pin()
             or self.need_forward()
             or bool(self.intake.chunks)
-            or self.shown != self.attribute_values()
+            or self.view.changed()
         )
 
     async def step(self, judge: Callable[[], None]) -> None:
@@ -124,22 +137,25 @@ class LivenessSteps:
         judge()
         if self.need_record():
             await self.record_state()
+        elif self.need_refresh():
+            await self.refresh_row()
         if self.need_pin():
             await self.record_pin()
         if self.drain_change is not None:
             await self.apply_drain()
         if self.need_reap():
-            await self.reap()
+            seen, self.fleet_seen = self.fleet_seen, None
+            await reap_step(self.live, seen)
         if self.need_retire():
             await self.retirement.retire()
             if self.live.state is WorkerState.retired:
-                self.show()
+                self.view.show()
                 return
         if self.intake.chunks:
             await self.intake.stage_chunks()
         if self.need_forward():
             await self.intake.forward()
-        self.show()
+        self.view.show()
 
     # ---- the steps ---------------------------------------------------------------------
 
@@ -183,6 +199,33 @@ class LivenessSteps:
             for status in live.collected.values():
                 status.missing, status.next_due = 0, None
 
+    async def refresh_row(self) -> None:
+        """Bring the row's ``last_heartbeat_at`` up to date with a local activity: a steady
+        beat costs Temporal no activity task and no second workflow task (§5.3, issue 11).
+
+        A failed refresh is skipped, not retried in a loop: the next one falls due after
+        another half ``STALL_AFTER``, and a state change writes the row anyway.
+        """
+        live = self.live
+        assert live.last_heartbeat_at is not None and live.boot_id is not None
+        beat = HeartbeatRefresh(
+            worker=live.worker,
+            boot_id=live.boot_id,
+            last_seq=live.last_seq,
+            last_heartbeat_at=live.last_heartbeat_at,
+        )
+        try:
+            await workflow.execute_local_activity_method(
+                ReaperActivities.refresh_heartbeat,
+                beat,
+                start_to_close_timeout=REFRESH_TIMEOUT,
+                retry_policy=REFRESH_RETRY,
+                summary=f"{live.worker}: last heartbeat",
+            )
+        except FailureError as exc:  # a local activity fails with its own error, unwrapped
+            workflow.logger.warning("%s: row refresh skipped: %s", live.worker, exc)
+        live.recorded_heartbeat_at = beat.last_heartbeat_at
+
     async def record_pin(self) -> None:
         """Write the pinned key; a key an operator enrolled first wins (§5.2)."""
         live = self.live
@@ -211,84 +254,3 @@ class LivenessSteps:
         live.draining = change.draining
         live.drain_reason = change.reason if change.draining else None
         workflow.logger.info("%s of %s (changed=%s): %s", verb, live.worker, changed, change.reason)
-
-    async def reap(self) -> None:
-        """Run a ``WorkerReap`` child; a refused reap is retried later (rules 5 and 6)."""
-        live, t = self.live, self.timings
-        req = live.reap_request
-        assert req is not None
-        seen, self.fleet_seen = self.fleet_seen, None
-        if not live.reap_forced:
-            # While the fleet is in full disruption, wait without starting a reap child per
-            # attempt (the reap activity decides again, in its transaction, anyway).
-            if seen is None:
-                seen = (
-                    await run_activity(
-                        ReaperActivities.fleet_status,
-                        workflow.now(),
-                        summary="fleet disruption check before reaping",
-                    )
-                ).state
-            if FleetState(seen) is FleetState.full:
-                live.reap_retry_at = workflow.now() + timedelta(seconds=t.stall_after)
-                workflow.logger.warning(
-                    "reap of %s deferred: fleet in full disruption", live.worker
-                )
-                return
-        live.reaps += 1
-        result: ReapResult = await workflow.execute_child_workflow(
-            WorkerReap.run,
-            ReapInput(
-                worker=live.worker,
-                reason=req.reason,
-                actor=req.actor,
-                forced=live.reap_forced,
-                lost_after=t.lost_after,
-                last_heartbeat_at=live.last_heartbeat_at,
-                dry_run=t.dry_run,
-            ),
-            id=reap_id(live.worker, live.reaps),
-            static_summary=f"reap {live.worker}: {req.reason}",
-            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-        )
-        if result.refused is None:
-            live.reap_request, live.reap_forced = None, False
-            return
-        retry = result.retry_at or workflow.now() + timedelta(seconds=t.stall_after)
-        live.reap_retry_at = max(retry, workflow.now() + timedelta(seconds=1))
-        workflow.logger.warning(
-            "reap of %s refused: %s; retry at %s", live.worker, result.refused, live.reap_retry_at
-        )
-        if live.reap_forced:  # forced reaps are refused only for unknown workers: give up
-            live.reap_request, live.reap_forced, live.reap_retry_at = None, False, None
-
-    def attribute_values(self) -> tuple[str, int]:
-        """``(ReaperState, ReaperMissing)`` as the Web UI should show them."""
-        live = self.live
-        shown = live.state.value
-        if live.draining and live.state is WorkerState.running:
-            shown = "draining"
-        return shown, sum(status.missing for status in live.collected.values())
-
-    def show_details(self) -> None:
-        """Keep the Web UI's current details live (no history event; rebuilt on a change)."""
-        live = self.live
-        self.details.show(
-            liveness_facts(live), lambda: liveness_details(live, collector_id(live.worker))
-        )
-
-    def show(self) -> None:
-        """Show the state: current details, and the search attributes when they changed
-        (CONTRACT.md §2)."""
-        self.show_details()
-        values = self.attribute_values()
-        if values == self.shown:
-            return
-        self.shown = values
-        workflow.upsert_search_attributes(
-            [
-                WORKER_ATTR.value_set(self.live.worker),
-                STATE_ATTR.value_set(values[0]),
-                MISSING_ATTR.value_set(values[1]),
-            ]
-        )

@@ -1,4 +1,5 @@
-"""``WorkerReap``: one reap of a lost or force-reaped worker (``reap-{worker}-{n}``).
+"""``WorkerReap``: one reap of a lost or force-reaped worker (``reap-{worker}-{n}``), and
+:func:`reap_step`, the liveness's step that starts it.
 
 A child of the worker's liveness. The reap itself is one transaction in one activity, so a
 heartbeat arriving meanwhile, or a controller crash at any point, leaves no task half-reaped;
@@ -7,13 +8,16 @@ the workflow then tells each worker that received a replacement to pick it up.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import ReapRequest
-    from reaper.core.models import ReapInput, ReapResult
-    from workflows.common import run_activity, tell_placed
+    from reaper.core.models import LivenessState, ReapInput, ReapResult
+    from reaper.core.policy.fleet import FleetState
+    from workflows.common import reap_id, run_activity, tell_placed
 
 
 @workflow.defn(name="WorkerReap")
@@ -38,3 +42,58 @@ class WorkerReap:
         )
         await tell_placed(result.replacements)
         return result
+
+
+async def reap_step(live: LivenessState, seen: str | None) -> None:
+    """The liveness's reap of its worker: run a ``WorkerReap`` child for
+    ``live.reap_request``; a refused reap is retried later (rules 5 and 6).
+
+    Args:
+        live: the liveness's state (its reap request and retry time are updated).
+        seen: the fleet's disruption state returned by this turn's state record, if any
+            (read from Postgres otherwise).
+    """
+    t = live.timings
+    req = live.reap_request
+    assert req is not None and t is not None
+    if not live.reap_forced:
+        # While the fleet is in full disruption, wait without starting a reap child per
+        # attempt (the reap activity decides again, in its transaction, anyway).
+        if seen is None:
+            seen = (
+                await run_activity(
+                    ReaperActivities.fleet_status,
+                    workflow.now(),
+                    summary="fleet disruption check before reaping",
+                )
+            ).state
+        if FleetState(seen) is FleetState.full:
+            live.reap_retry_at = workflow.now() + timedelta(seconds=t.stall_after)
+            workflow.logger.warning("reap of %s deferred: fleet in full disruption", live.worker)
+            return
+    live.reaps += 1
+    result: ReapResult = await workflow.execute_child_workflow(
+        WorkerReap.run,
+        ReapInput(
+            worker=live.worker,
+            reason=req.reason,
+            actor=req.actor,
+            forced=live.reap_forced,
+            lost_after=t.lost_after,
+            last_heartbeat_at=live.last_heartbeat_at,
+            dry_run=t.dry_run,
+        ),
+        id=reap_id(live.worker, live.reaps),
+        static_summary=f"reap {live.worker}: {req.reason}",
+        parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+    )
+    if result.refused is None:
+        live.reap_request, live.reap_forced = None, False
+        return
+    retry = result.retry_at or workflow.now() + timedelta(seconds=t.stall_after)
+    live.reap_retry_at = max(retry, workflow.now() + timedelta(seconds=1))
+    workflow.logger.warning(
+        "reap of %s refused: %s; retry at %s", live.worker, result.refused, live.reap_retry_at
+    )
+    if live.reap_forced:  # forced reaps are refused only for unknown workers: give up
+        live.reap_request, live.reap_forced, live.reap_retry_at = None, False, None

@@ -14,8 +14,9 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from reaper.core.contract import KINDS, StateView
+    from reaper.core.contract import KINDS, StateView, WorkerState
     from reaper.core.models import CollectorState, LivenessState, Timings
+    from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, collector_id
 
 
 def state_view(live: LivenessState, backlog: int) -> StateView:
@@ -125,3 +126,53 @@ def collector_details(worker: str, t: Timings, gc: CollectorState) -> str:
         held = "; a mass drop held back until confirmed" if kind in gc.suspects else ""
         lines.append(f"- **{kind}**: {st.missing} missing{due}; {len(st.orphans)} orphans{held}")
     return "\n\n".join([head, "\n".join(lines)]) if lines else head
+
+
+class LivenessView:
+    """What a liveness shows of itself in the Web UI: its current details, and its search
+    attributes (CONTRACT.md §2), upserted only when their values change.
+
+    Args:
+        live: the liveness's state (read only).
+    """
+
+    def __init__(self, live: LivenessState) -> None:
+        self.live = live
+        self.shown: tuple[str, int] | None = None
+        """Search attribute values last upserted."""
+        self.details = CurrentDetails()
+
+    def attribute_values(self) -> tuple[str, int]:
+        """``(ReaperState, ReaperMissing)`` as the Web UI should show them."""
+        live = self.live
+        shown = live.state.value
+        if live.draining and live.state is WorkerState.running:
+            shown = "draining"
+        return shown, sum(status.missing for status in live.collected.values())
+
+    def show_details(self) -> None:
+        """Keep the Web UI's current details live (no history event; rebuilt on a change)."""
+        live = self.live
+        self.details.show(
+            liveness_facts(live), lambda: liveness_details(live, collector_id(live.worker))
+        )
+
+    def changed(self) -> bool:
+        """Whether the search attributes shown are out of date."""
+        return self.shown != self.attribute_values()
+
+    def show(self) -> None:
+        """Show the state: current details, and the search attributes when they changed
+        (CONTRACT.md §2)."""
+        self.show_details()
+        values = self.attribute_values()
+        if values == self.shown:
+            return
+        self.shown = values
+        workflow.upsert_search_attributes(
+            [
+                WORKER_ATTR.value_set(self.live.worker),
+                STATE_ATTR.value_set(values[0]),
+                MISSING_ATTR.value_set(values[1]),
+            ]
+        )

@@ -17,6 +17,7 @@ from reaper.core.policy.liveness import (
     next_deadline,
     outage_grace,
     remember_boot,
+    row_refresh_due,
     transition,
 )
 
@@ -117,3 +118,20 @@ def test_next_deadline(state, grace, expected):
 )
 def test_outage_grace_only_when_judged_late(late, expected):
     assert outage_grace(T0, at(late), 10, 30) == expected
+
+
+@pytest.mark.parametrize(
+    "last_beat, recorded, expected",
+    [
+        (at(10), None, False),  # never written: the state record writes the row, not this
+        (at(0), at(0), False),  # just written
+        (at(10), at(0), False),  # one beat at the defaults (10 s of 30 s): not yet
+        (at(14.9), at(0), False),
+        (at(15), at(0), True),  # half of STALL_AFTER: write, so a late beat stays within it
+        (at(20), at(0), True),  # the second beat at the defaults: every other beat
+        (at(29), at(0), True),
+    ],
+)
+def test_when_the_workers_row_heartbeat_is_refreshed(last_beat, recorded, expected):
+    """CONTRACT.md §5.3: ``last_heartbeat_at`` in the row lags by at most STALL_AFTER (30)."""
+    assert row_refresh_due(last_beat, recorded, 30) is expected

@@ -306,6 +306,51 @@ async def test_last_heartbeat_in_the_workers_row_lags_by_at_most_stall_after(fle
         assert (st.last_heartbeat_at - written).total_seconds() <= 30
 
 
+REFUSE_REFRESHES = (
+    "CREATE TABLE IF NOT EXISTS public.refused_refreshes (name text PRIMARY KEY)",
+    "CREATE OR REPLACE FUNCTION public.refuse_refresh() RETURNS trigger LANGUAGE plpgsql AS"
+    " $$ BEGIN IF NEW.name IN (SELECT name FROM public.refused_refreshes) THEN"
+    " RAISE EXCEPTION 'refresh of % refused', NEW.name; END IF; RETURN NEW; END $$",
+    "DROP TRIGGER IF EXISTS refuse_refresh ON reaper.workers",
+    "CREATE TRIGGER refuse_refresh BEFORE UPDATE ON reaper.workers FOR EACH ROW"
+    " WHEN (OLD.state = NEW.state AND OLD.last_heartbeat_at IS DISTINCT FROM"
+    " NEW.last_heartbeat_at) EXECUTE FUNCTION public.refuse_refresh()",
+)
+"""A database that refuses one worker's heartbeat refreshes (and nothing else)."""
+
+
+async def test_a_refused_row_refresh_never_stops_the_liveness_and_catches_up(fleet):
+    """A refresh of ``last_heartbeat_at`` is a local activity that may fail (Postgres down):
+    the liveness goes on judging beats, and the row catches up once writes succeed (§5.3)."""
+    a = fleet.name("a")
+    await fleet.beat(a)
+    await fleet.advance(HB, beating={a: {}})
+    run = (await fleet.client.get_workflow_handle(liveness_id(a)).describe()).run_id
+    for sql in REFUSE_REFRESHES:
+        await fleet.pool.execute(sql)
+    try:
+        await fleet.pool.execute("INSERT INTO public.refused_refreshes VALUES ($1)", a)
+        await fleet.advance(4 * HB, beating={a: {}})
+        st = await fleet.state(a)
+        written = await fleet.pool.fetchval(
+            "SELECT last_heartbeat_at FROM reaper.workers WHERE name = $1", a
+        )
+        assert st.state == "running" and st.last_seq is not None and st.last_seq >= 5
+        assert (st.last_heartbeat_at - written).total_seconds() >= 30  # refused: it lags
+        # The same run, still running: not one that failed and was started anew by a beat.
+        desc = await fleet.client.get_workflow_handle(liveness_id(a), run_id=run).describe()
+        assert desc.status == WorkflowExecutionStatus.RUNNING
+        await fleet.pool.execute("DELETE FROM public.refused_refreshes WHERE name = $1", a)
+        await fleet.advance(2 * HB, beating={a: {}})
+        st = await fleet.state(a)
+        written = await fleet.pool.fetchval(
+            "SELECT last_heartbeat_at FROM reaper.workers WHERE name = $1", a
+        )
+        assert (st.last_heartbeat_at - written).total_seconds() <= 30
+    finally:
+        await fleet.pool.execute("DELETE FROM public.refused_refreshes WHERE name = $1", a)
+
+
 async def test_churn_keeps_reaping_dead_hosts_while_a_partition_still_halts_reaping(
     time_env: WorkflowEnvironment, pool: asyncpg.Pool
 ) -> None:

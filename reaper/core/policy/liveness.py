@@ -153,6 +153,29 @@ def transition(
     return judged
 
 
+def row_refresh_due(
+    last_heartbeat_at: datetime, recorded_heartbeat_at: datetime | None, stall_after: float
+) -> bool:
+    """Whether the ``workers`` row's ``last_heartbeat_at`` and ``last_seq`` must be written
+    again although nothing else about the worker changed.
+
+    CONTRACT.md §5.3: the row may lag the liveness (its ``state`` query) by at most
+    ``STALL_AFTER``. Writing once the lag reaches half of it keeps the bound with a beat late
+    by up to that half, and costs one write every ``STALL_AFTER / 2`` of steady beats (every
+    other beat at the contract's defaults, 10 s and 30 s), never one per beat.
+
+    Args:
+        last_heartbeat_at: the liveness's last accepted beat (UTC).
+        recorded_heartbeat_at: the beat last written to the row (UTC), ``None`` if none was:
+            a row not yet written is the state record's business, not a refresh.
+        stall_after: ``REAPER_STALL_AFTER``, seconds.
+    """
+    if recorded_heartbeat_at is None:
+        return False
+    lag = (last_heartbeat_at - recorded_heartbeat_at).total_seconds()
+    return lag >= stall_after / 2
+
+
 def is_return(
     current: WorkerState,
     last_heartbeat_at: datetime | None,
