@@ -7,6 +7,7 @@ from typing import Any
 
 from activities.changes import ChangeActivities
 from activities.collection import CollectionActivities
+from activities.destroy import DestroyActivities
 from activities.fleet import FleetActivities
 from activities.keys import KeyActivities
 from activities.liveness import LivenessActivities
@@ -18,6 +19,7 @@ from activities.staging import StagingActivities
 class ReaperActivities(
     LivenessActivities,
     CollectionActivities,
+    DestroyActivities,
     ReapActivities,
     RetireActivities,
     FleetActivities,

@@ -1,4 +1,5 @@
-"""Report garbage collection: mark, clear and destroy missing handles (CONTRACT.md rules 1-4).
+"""Report garbage collection: mark and clear missing handles (CONTRACT.md rules 1-3); the
+destroy (rule 4) is :mod:`activities.destroy`'s.
 
 The decisions are ``reaper.core.policy.collection``'s; the statements (``collection_sql``)
 apply them set-wise, each guarded by the state it expects. In a dry run the same verbs keep
@@ -17,10 +18,7 @@ from temporalio import activity
 from activities import collection_sql as sql
 from activities import metrics, sealing
 from activities.base import EVENT_KIND, ActivityBase, unique, write_events
-from activities.tasks import backfill
 from activities.types import (
-    DestroyInput,
-    DestroyResult,
     ReconcileInput,
     ReconcileResult,
     SealedReport,
@@ -54,14 +52,21 @@ async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
     return True
 
 
-def _unsealed(
+def seal_refusal(
     worker: str,
     kind: str,
     r: SealedReport | None,
     handles: list[str] | None,
     taken_at: datetime | None,
 ) -> str | None:
-    """Why a report may not be acted on (not sealed by this worker's liveness), or ``None``."""
+    """Why a report may not be acted on (not sealed by this worker's liveness), or ``None``.
+
+    Args:
+        worker, kind: whose report, of which kind (``containers``, ``volumes``, ``tasks``).
+        r: the report as forwarded (with its seal), if any.
+        handles: its handles when inline (``None``: the seal covers the digest only).
+        taken_at: when the report was taken (UTC), as the caller acts on it.
+    """
     if r is None or taken_at != r.taken_at:
         return "unsealed report: not forwarded by the worker's liveness"
     if not sealing.is_sealed(r.seal, worker, kind, r, handles):
@@ -91,7 +96,7 @@ class CollectionActivities(ActivityBase):
             inp: ``handles`` is the complete list; ``taken_at`` the controller's UTC receive
                 time, which becomes ``missing_since`` of rows newly marked.
         """
-        unsealed = _unsealed(inp.worker, inp.kind, inp.report, inp.handles, inp.taken_at)
+        unsealed = seal_refusal(inp.worker, inp.kind, inp.report, inp.handles, inp.taken_at)
         r = inp.report
         if r is not None and (r.staged_id, r.restart_all, r.also_seen) != (
             inp.staged_id,
@@ -143,7 +148,7 @@ class CollectionActivities(ActivityBase):
             if kind != "tasks":
                 stuck = await self._collect_stuck_creating(conn, inp)
             cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
-            result.status = await _status(conn, store, worker, kind, inp.missing_ttl)
+            result.status = await kind_status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
             unknown = await conn.fetch(sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
             await _record_orphans(
@@ -226,69 +231,6 @@ class CollectionActivities(ActivityBase):
         )
         return len(stuck)
 
-    @activity.defn(name="destroy_missing")
-    async def destroy_missing(self, inp: DestroyInput) -> DestroyResult:
-        """Destroy the worker's rows of ``kind`` missing since ``cutoff`` or earlier.
-
-        Containers and volumes: row deleted. Tasks: ``stopped`` with ``stop_reason``
-        ``missing`` and the service backfilled. One ``events`` row per destroy, in the same
-        transaction. Refused (nothing changes) unless the worker is ``running`` and the fleet
-        is not in full disruption (rules 4 and 6). The caller passes a ``cutoff`` of
-        ``taken_at - MISSING_TTL`` of a report it has just reconciled, so every complete
-        report since ``missing_since``, including the latest, lacked the handle (rule 4).
-        """
-        kind = inp.kind
-        r = inp.report
-        unsealed = _unsealed(inp.worker, kind, r, None, r.taken_at if r else None)
-        if unsealed is None and r is not None:
-            if inp.missing_ttl < self.settings.missing_ttl:
-                unsealed = f"MISSING_TTL {inp.missing_ttl:g}s is below the controller's"
-            elif inp.cutoff > policy.destroy_cutoff(r.taken_at, inp.missing_ttl):
-                unsealed = "cutoff later than the report's taken_at - MISSING_TTL"
-        if unsealed is not None:
-            log.warning("destroy for %s %s refused: %s", inp.worker, kind, unsealed)
-            return DestroyResult(refused=unsealed)
-        async with self.gc_pool.acquire() as conn, conn.transaction():
-            await conn.execute(sql.COLLECTING)
-            row = await conn.fetchrow(sql.WORKER_FOR_SHARE, inp.worker)
-            fleet = await conn.fetchval(sql.FLEET_STATE)
-            refused = policy.destroy_refused(row["state"] if row else None, fleet == "full")
-            if refused is not None:
-                return DestroyResult(refused=refused)
-            statement = (sql.WOULD_DESTROY if inp.dry_run else sql.DESTROY)[kind]
-            rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind])
-            destroyed = [r["handle"] for r in rows]
-            action = "stopped" if kind == "tasks" else "destroyed"
-            await write_events(
-                conn,
-                inp.worker,
-                EVENT_KIND[kind],
-                action,
-                destroyed,
-                "missing",
-                dry_run=inp.dry_run,
-                dedupe=[
-                    f"{action}:{inp.worker}:{kind}:{r['handle']}:{r['missing_since']}" for r in rows
-                ]
-                if inp.dry_run
-                else None,
-            )
-            result = DestroyResult(destroyed=destroyed)
-            if kind == "tasks" and rows:
-                services = [r["service"] for r in rows]
-                result.replacements, _ = await backfill(
-                    conn,
-                    services,
-                    "missing",
-                    dry_run=inp.dry_run,
-                    assume_inactive=services if inp.dry_run else (),
-                )
-            store = sql.DRY if inp.dry_run else sql.ROWS
-            result.status = await _status(conn, store, inp.worker, kind, inp.missing_ttl)
-        if not inp.dry_run:
-            metrics.count_destroyed(kind, len(destroyed))
-        return result
-
 
 async def _record_orphans(
     conn: asyncpg.Connection,
@@ -327,10 +269,11 @@ async def _column(conn: asyncpg.Connection, statement: str, *args: object) -> li
     return [r[0] for r in await conn.fetch(statement, *args)]
 
 
-async def _status(
+async def kind_status(
     conn: asyncpg.Connection, store: sql.MarkStore, worker: str, kind: str, ttl: float
 ) -> KindStatus:
-    """How many rows of the kind are marked, and when the oldest mark falls due."""
+    """How many of ``worker``'s rows of ``kind`` are marked in ``store`` (the user's rows, or
+    a dry run's marks), and when the oldest mark falls due after ``ttl`` seconds."""
     row = await conn.fetchrow(store.status[kind], worker)
     oldest: datetime | None = row["oldest"]
     return KindStatus(missing=row["n"], next_due=policy.next_due(oldest, ttl))

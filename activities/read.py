@@ -1,11 +1,10 @@
 """The shell's read model: every SQL statement of ``reaper workers``, ``events``,
-``try-scheduler`` and ``demo``.
+``try-scheduler`` and ``demo`` (their writes, a stand-in scheduler's, are
+:mod:`activities.scheduler`'s).
 
 The controller never calls these. They are plain async functions over an asyncpg pool or
 connection (both have ``fetch``/``fetchrow``/``fetchval``/``execute``), so that the shell
-(:mod:`reaper.cli`) needs no SQL of its own. The ``add_*`` functions write what a user's
-scheduler would write (CONTRACT.md §3: ``services``, ``tasks``, ``containers``, ``volumes``);
-the demo and ``reaper try-scheduler`` use them as a stand-in scheduler.
+(:mod:`reaper.cli`) needs no SQL of its own.
 """
 
 from __future__ import annotations
@@ -75,51 +74,6 @@ async def retired_workers(db: Db) -> list[RetiredWorker]:
 async def schema_ready(db: Db) -> bool:
     """True once the controller has migrated the schema (table ``reaper.fleet`` exists)."""
     return await db.fetchval("SELECT to_regclass('reaper.fleet')::text") is not None
-
-
-# ---- a stand-in scheduler's writes (CONTRACT.md §3) -------------------------------------
-
-
-async def add_service(db: Db, name: str, desired_count: int) -> None:
-    """Insert service ``name`` wanting ``desired_count`` running tasks.
-
-    Raises:
-        asyncpg.UniqueViolationError: the service exists.
-    """
-    await db.execute(
-        "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)", name, desired_count
-    )
-
-
-async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
-    """Insert a ``created`` row for ``handle`` on ``worker`` in table ``kind``
-    (``containers`` or ``volumes``).
-
-    Raises:
-        ValueError: ``kind`` is not a handle table.
-        asyncpg.UniqueViolationError: the handle exists.
-    """
-    if kind not in HANDLE_TABLES:
-        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
-    await db.execute(
-        f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, 'created')",
-        handle,
-        worker,
-    )
-
-
-async def add_task(db: Db, task_id: str, service: str, worker: str) -> None:
-    """Insert task ``task_id`` of ``service``, ``pending`` and placed on ``worker``.
-
-    Raises:
-        asyncpg.UniqueViolationError: the task exists.
-    """
-    await db.execute(
-        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
-        task_id,
-        service,
-        worker,
-    )
 
 
 # ---- what the demo observes ------------------------------------------------------------

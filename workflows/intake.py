@@ -9,7 +9,6 @@ liveness loop calls :meth:`ReportIntake.stage_chunks` and :meth:`ReportIntake.fo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import datetime
 
@@ -17,20 +16,20 @@ from temporalio import workflow
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import ReaperActivities, sealing
-    from activities.types import StageChunk
-    from reaper.core.contract import KINDS, Heartbeat, ReportChunk
-    from reaper.core.models import CollectorInput, LivenessState, Report, Staging, supersede
+    from activities import sealing
+    from reaper.core.contract import KINDS, Heartbeat
+    from reaper.core.models import CollectorInput, LivenessState, Report, supersede
     from reaper.core.policy.collection import should_forward
-    from reaper.core.protocol import chunk_handles, payload_bytes, report_digest
+    from reaper.core.protocol import payload_bytes, report_digest
     from workflows.collector import HandleCollector
-    from workflows.common import collector_id, run_activity, start_activity
-
-STAGE_PARALLEL = 4
-"""Chunks of one report staged at once (each holds a Postgres connection meanwhile)."""
-INLINE_KEEP_BYTES = 64 * 1024
-"""A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
-workflow state or sent to the collector in a signal (no payload near Temporal's 256 KiB)."""
+    from workflows.common import collector_id
+    from workflows.staging import (
+        INLINE_KEEP_BYTES,
+        Queued,
+        next_batch,
+        stage_batch,
+        stage_inline,
+    )
 
 
 class ReportIntake:
@@ -44,7 +43,7 @@ class ReportIntake:
     def __init__(self, live: LivenessState, reject: Callable[[str], None]) -> None:
         self.live = live
         self.reject = reject
-        self.chunks: list[tuple[ReportChunk, datetime, str, bool]] = []
+        self.chunks: list[Queued] = []
         """Chunks waiting to be staged: never carried across continue-as-new (the loop
         stages them all before it continues)."""
         self.staging_busy = False
@@ -147,104 +146,11 @@ class ReportIntake:
         self.staging_busy = True
         try:
             while self.chunks:
-                await self._stage_batch(self._next_batch())
+                batch = next_batch(self.chunks)
+                for report, returned in await stage_batch(self.live, batch, self.reject):
+                    self.offer(report, force=returned)
         finally:
             self.staging_busy = False
-
-    def _next_batch(self) -> list[tuple[ReportChunk, datetime, str, bool]]:
-        batch = [self.chunks.pop(0)]
-        first = batch[0][0]
-        while (
-            len(batch) < STAGE_PARALLEL
-            and self.chunks
-            and (self.chunks[0][0].kind, self.chunks[0][0].report_id)
-            == (first.kind, first.report_id)
-        ):
-            batch.append(self.chunks.pop(0))
-        return batch
-
-    async def _stage_batch(self, batch: list[tuple[ReportChunk, datetime, str, bool]]) -> None:
-        live = self.live
-        jobs = []
-        for chunk, at, boot_id, returned in batch:
-            staging = live.staging.get(chunk.kind)
-            if staging is None or staging.report_id != chunk.report_id:
-                staging = Staging(
-                    report_id=chunk.report_id,
-                    count=chunk.count,
-                    digest=chunk.digest,
-                    taken_at=at,
-                    boot_id=boot_id,
-                )
-                live.staging[chunk.kind] = staging
-            if (chunk.count, chunk.digest) != (staging.count, staging.digest):
-                self.reject(
-                    f"chunk {chunk.index} of report {chunk.report_id} disagrees "
-                    "with its first chunk on count or digest"
-                )
-                continue
-            handle = start_activity(
-                ReaperActivities.stage_chunk,
-                StageChunk(
-                    worker=live.worker,
-                    kind=chunk.kind,
-                    report_id=chunk.report_id,
-                    index=chunk.index,
-                    count=chunk.count,
-                    digest=chunk.digest,
-                    handles=chunk.handles,
-                    keep=self._kept_staged_id(chunk.kind),
-                ),
-                summary=f"stage {chunk.kind} chunk {chunk.index + 1}/{chunk.count}",
-            )
-            jobs.append((chunk, staging, returned, handle))
-        results = await asyncio.gather(*(job[3] for job in jobs))
-        for (chunk, staging, returned, _), res in zip(jobs, results, strict=True):
-            staging.chunks_staged = max(staging.chunks_staged, res.chunks_staged)
-            if not res.complete:
-                continue
-            if live.staging.get(chunk.kind) is staging:
-                del live.staging[chunk.kind]
-            if not res.digest_ok:
-                self.reject(f"chunked report {chunk.report_id}: handles do not match digest")
-                continue
-            self.offer(
-                Report(
-                    kind=chunk.kind,
-                    handles=[],
-                    staged_id=chunk.report_id,
-                    taken_at=staging.taken_at,
-                    boot_id=staging.boot_id,
-                    digest=staging.digest,
-                ),
-                force=returned,
-            )
-
-    def _kept_staged_id(self, kind: str) -> str | None:
-        last = self.live.last_reports.get(kind)
-        return last.staged_id if last else None
-
-    async def _stage_inline(self, report: Report) -> Report:
-        """A plain report too large to keep in workflow state is staged like a chunked one."""
-        live = self.live
-        report_id = f"inline-{live.forwarded}-{report.digest[:12]}"
-        parts = chunk_handles(report.handles, INLINE_KEEP_BYTES)
-        for i, part in enumerate(parts):
-            await run_activity(
-                ReaperActivities.stage_chunk,
-                StageChunk(
-                    worker=live.worker,
-                    kind=report.kind,
-                    report_id=report_id,
-                    index=i,
-                    count=len(parts),
-                    digest=report.digest,
-                    handles=part,
-                    keep=self._kept_staged_id(report.kind),
-                ),
-                summary=f"stage large {report.kind} report {i + 1}/{len(parts)}",
-            )
-        return report.model_copy(update={"handles": [], "staged_id": report_id})
 
     async def forward(self) -> None:
         """Hand every queued report to the collector (started on first use)."""
@@ -255,7 +161,7 @@ class ReportIntake:
             if report is None:
                 continue
             if report.staged_id is None and payload_bytes(report.handles) > INLINE_KEEP_BYTES:
-                report = await self._stage_inline(report)
+                report = await stage_inline(live, report)
             newer = live.unforwarded.get(kind)
             if newer is not None and newer.taken_at > report.taken_at:
                 continue  # superseded while staging: forward the newer one next round

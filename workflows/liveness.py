@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import should_continue_as_new
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
-    from workflows.liveness_steps import REFRESH_LOCAL, LivenessSteps
+    from workflows.liveness_steps import LivenessSteps
     from workflows.run_start import begin_run
     from workflows.view import state_view
 
@@ -225,8 +225,9 @@ class WorkerLiveness:
                 "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
             )
             return
-        record = await begin_run(live, self.gate, self.intake, first=inp.carried is None)
-        self.steps.refresh_local = workflow.patched(REFRESH_LOCAL)
+        record, self.steps.local_writes = await begin_run(
+            live, self.gate, self.intake, first=inp.carried is None
+        )
         early, self.early = self.early or [], None
         for handler, raw in early:
             handler(raw)

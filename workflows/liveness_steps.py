@@ -21,15 +21,12 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, Timings
     from reaper.core.policy import liveness as policy
-    from workflows.common import run_activity
+    from workflows.common import ACTIVITY_TIMEOUT, RETRY, run_activity
     from workflows.intake import ReportIntake
     from workflows.reap import reap_step
     from workflows.retirement import Retirement
     from workflows.view import LivenessView
 
-REFRESH_LOCAL = "refresh-local"
-"""Patch: a row whose ``last_heartbeat_at`` only lags is refreshed by a local activity
-(``refresh_heartbeat``) instead of a ``record_worker_state`` activity."""
 REFRESH_TIMEOUT = timedelta(seconds=5)
 REFRESH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=0.5), maximum_attempts=2)
 """A refresh holds its workflow task while it runs: two short attempts, then skipped."""
@@ -53,9 +50,11 @@ class LivenessSteps:
         self.view = LivenessView(live)
         self.fleet_seen: str | None = None
         """The fleet state returned by this turn's record, if any (read by the reap)."""
-        self.refresh_local = False
-        """Whether this run takes the ``refresh-local`` patch (decided once, at the start of
-        the run): a lagging row is refreshed by a local activity, not a state record."""
+        self.local_writes = False
+        """Whether this run takes the ``lean-start`` patch (``workflows.run_start``, decided
+        once, at the start of the run): the registration and the heartbeat refreshes of the
+        worker's row are local activities (no activity task, no workflow task of their
+        own), and a record remembers what it wrote, not what arrived while it ran."""
 
     @property
     def timings(self) -> Timings:
@@ -76,7 +75,7 @@ class LivenessSteps:
             return True
         if live.state is WorkerState.running and live.recorded_return != live.returned_at:
             return True
-        return not self.refresh_local and self.need_refresh()
+        return not self.local_writes and self.need_refresh()
 
     def need_refresh(self) -> bool:
         """Only ``last_heartbeat_at`` lags: a refresh of the row (§5.3), nothing more."""
@@ -171,25 +170,41 @@ class LivenessSteps:
         back = live.returned_at if new_return else None
         before = live.recorded_state.value if live.recorded_state else "new"
         what = f"{before} -> {state.value}" if live.recorded_state is not state else "refresh"
-        done = await run_activity(
-            ReaperActivities.record_worker_state,
-            WorkerStateChange(
-                worker=live.worker,
-                state=state,
-                at=live.state_since or workflow.now(),
-                boot_id=live.boot_id,
-                last_seq=live.last_seq if live.last_seq >= 0 else None,
-                last_heartbeat_at=live.last_heartbeat_at,
-                reason=reason,
-                actor=actor,
-                returned_at=back,
-                forced_reap=live.reap_forced and state is WorkerState.lost,
-            ),
-            summary=f"{live.worker}: {what}",
+        change = WorkerStateChange(
+            worker=live.worker,
+            state=state,
+            at=live.state_since or workflow.now(),
+            boot_id=live.boot_id,
+            last_seq=live.last_seq if live.last_seq >= 0 else None,
+            last_heartbeat_at=live.last_heartbeat_at,
+            reason=reason,
+            actor=actor,
+            returned_at=back,
+            forced_reap=live.reap_forced and state is WorkerState.lost,
         )
+        summary = f"{live.worker}: {what}"
+        if self.local_writes and live.recorded_state is None:
+            # A registration: a local activity, as cheap as a beat's (issue 11, metric 7a).
+            done = await workflow.execute_local_activity_method(
+                ReaperActivities.record_worker_state,
+                change,
+                start_to_close_timeout=ACTIVITY_TIMEOUT,
+                retry_policy=RETRY,
+                summary=summary,
+            )
+        else:
+            done = await run_activity(ReaperActivities.record_worker_state, change, summary=summary)
         live.recorded_state = state
-        live.recorded_forced = live.reap_forced and state is WorkerState.lost
-        live.recorded_boot_id, live.recorded_heartbeat_at = live.boot_id, live.last_heartbeat_at
+        if self.local_writes:  # what this record wrote
+            live.recorded_forced = change.forced_reap
+            live.recorded_boot_id, live.recorded_heartbeat_at = (
+                change.boot_id,
+                change.last_heartbeat_at,
+            )
+        else:  # runs recorded before lean-start: what the handlers hold now, as they did
+            live.recorded_forced = live.reap_forced and state is WorkerState.lost
+            live.recorded_boot_id = live.boot_id
+            live.recorded_heartbeat_at = live.last_heartbeat_at
         if new_return:
             live.recorded_return = back
         self.fleet_seen = done.fleet.state if done.fleet else None

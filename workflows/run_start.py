@@ -27,23 +27,34 @@ with workflow.unsafe.imports_passed_through():
 
 ONE_READ_START = "one-read-start"
 """Patch: a run's three start-up reads in one activity (``begin_liveness``)."""
+LEAN_START = "lean-start"
+"""Patch: one marker decides every feature of a run (the change feed, one read at start,
+local row writes), so a run records one patch marker and one search-attribute upsert
+instead of three (each ``workflow.patched`` upserts ``TemporalChangeVersion``, a
+visibility write); a run that takes it writes its worker's registration and heartbeat
+refreshes with local activities (``LivenessSteps.local_writes``)."""
 READ_TIMEOUT = timedelta(seconds=10)
 
 
 async def begin_run(
     live: LivenessState, gate: Gate, intake: ReportIntake, first: bool
-) -> WorkerRecord | None:
+) -> tuple[WorkerRecord | None, bool]:
     """Load ``live.timings`` and the pin (through ``gate``); on a ``first`` run also the
-    worker's row, returned for ``Retirement.registers_afresh`` (``None``: not read here, it
-    reads the row itself, as runs before the patch did). Decides whether ``intake`` takes
-    the change feed (patch ``change-feed``), at this fixed point of the run."""
-    intake.change_feed = workflow.patched(CHANGE_FEED)
-    if not workflow.patched(ONE_READ_START):
+    worker's row, for ``Retirement.registers_afresh`` (``None``: not read here, it reads
+    the row itself, as runs before ``one-read-start`` did). Decides, at this fixed point of
+    the run, whether ``intake`` takes the change feed (patch ``change-feed``).
+
+    Returns:
+        The worker's row (or ``None``), and whether the run takes ``lean-start``.
+    """
+    lean = workflow.patched(LEAN_START)
+    intake.change_feed = lean or workflow.patched(CHANGE_FEED)
+    if not lean and not workflow.patched(ONE_READ_START):
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT
         )
         await gate.load_pin()
-        return None
+        return None, False
     start = await run_activity(
         ReaperActivities.begin_liveness,
         BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
@@ -51,4 +62,4 @@ async def begin_run(
     )
     live.timings = start.timings
     gate.use_pin(start.agent_key)
-    return start.record
+    return start.record, lean

@@ -41,7 +41,7 @@ async def place_service(
     """
     import asyncpg
 
-    from activities import read
+    from activities import read, scheduler
 
     try:
         conn = await read.open_connection(url, timeout_s=5)
@@ -56,11 +56,11 @@ async def place_service(
         placed = [(f"{service}-{i + 1}", workers[i % len(workers)]) for i in range(count)]
         try:
             async with conn.transaction():
-                await read.add_service(conn, service, count)
+                await scheduler.add_service(conn, service, count)
                 for task_id, worker in placed:
-                    await read.add_task(conn, task_id, service, worker)
-                    await read.add_handle(conn, "containers", f"{task_id}-c", worker)
-                    await read.add_handle(conn, "volumes", f"{task_id}-v", worker)
+                    await scheduler.add_task(conn, task_id, service, worker)
+                    await scheduler.add_handle(conn, "containers", f"{task_id}-c", worker)
+                    await scheduler.add_handle(conn, "volumes", f"{task_id}-v", worker)
         except asyncpg.UniqueViolationError:
             raise CliError(
                 f"service {service!r} (or one of its tasks) exists already: pick another --service"

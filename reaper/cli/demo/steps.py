@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-from activities import read
+from activities import read, scheduler
 from reaper.cli.demo.fleet_steps import step_scale_in, step_scale_out
 from reaper.cli.demo.session import (
     AGENTS,
@@ -84,16 +84,16 @@ async def seed(d: Demo) -> None:
     """A service of 3, one pending task per agent, one container and one volume per agent
     (directory entries and ``created`` rows), in one transaction."""
     async with d.db.acquire() as conn, conn.transaction():
-        await read.add_service(conn, SERVICE, 3)
+        await scheduler.add_service(conn, SERVICE, 3)
         for i, name in enumerate(AGENTS, start=1):
             base = d.agent_dir(name)
             for kind in ("containers", "volumes", "tasks"):
                 (base / kind).mkdir(parents=True, exist_ok=True)
             (base / "containers" / f"c-{name}").touch()
             (base / "volumes" / f"v-{name}").touch()
-            await read.add_handle(conn, "containers", f"c-{name}", name)
-            await read.add_handle(conn, "volumes", f"v-{name}", name)
-            await read.add_task(conn, f"{SERVICE}-{i}", SERVICE, name)
+            await scheduler.add_handle(conn, "containers", f"c-{name}", name)
+            await scheduler.add_handle(conn, "volumes", f"v-{name}", name)
+            await scheduler.add_task(conn, f"{SERVICE}-{i}", SERVICE, name)
     d.timeline(
         f"seeded: service {SERVICE} (desired 3), pending tasks {SERVICE}-1..3 placed on "
         "demo-a/b/c, a container and a volume per agent (entries + rows 'created')"

@@ -1,0 +1,49 @@
+"""A stand-in scheduler's writes: what a user's scheduler would write (CONTRACT.md §3:
+``services``, ``tasks``, ``containers``, ``volumes``), for ``reaper try-scheduler`` and the
+demo. The controller never calls these."""
+
+from __future__ import annotations
+
+from activities.read import HANDLE_TABLES, Db
+
+
+async def add_service(db: Db, name: str, desired_count: int) -> None:
+    """Insert service ``name`` wanting ``desired_count`` running tasks.
+
+    Raises:
+        asyncpg.UniqueViolationError: the service exists.
+    """
+    await db.execute(
+        "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)", name, desired_count
+    )
+
+
+async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
+    """Insert a ``created`` row for ``handle`` on ``worker`` in table ``kind``
+    (``containers`` or ``volumes``).
+
+    Raises:
+        ValueError: ``kind`` is not a handle table.
+        asyncpg.UniqueViolationError: the handle exists.
+    """
+    if kind not in HANDLE_TABLES:
+        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    await db.execute(
+        f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, 'created')",
+        handle,
+        worker,
+    )
+
+
+async def add_task(db: Db, task_id: str, service: str, worker: str) -> None:
+    """Insert task ``task_id`` of ``service``, ``pending`` and placed on ``worker``.
+
+    Raises:
+        asyncpg.UniqueViolationError: the task exists.
+    """
+    await db.execute(
+        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
+        task_id,
+        service,
+        worker,
+    )
