@@ -34,13 +34,22 @@ sysdeps:
 
 # Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
-# environments alive in one process, ENV.md). The property tests run derandomized here (the
-# same examples on every run, so a red CI is reproducible); `make property` explores new
-# random timelines.
+# environments alive in one process, ENV.md). They run side by side: the suite mostly waits
+# on real servers and timers (about half a core on average over a serial run), so together
+# they take about as long as the e2e process alone. The first process's output is kept in
+# .reaper/test-unit.log and printed when both have ended; the exit status fails if either
+# failed. The property tests run derandomized here (the same examples on every run, so a red
+# CI is reproducible); `make property` explores new random timelines.
+UNIT_TESTS := tests/core tests/policy tests/activities tests/workflows tests/chaos
 test: $(STAMP) sysdeps
-	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
-		tests/core tests/policy tests/activities tests/workflows tests/chaos
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
+	@mkdir -p .reaper
+	@$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
+		$(UNIT_TESTS) > .reaper/test-unit.log 2>&1 & unit=$$!; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e; e2e=$$?; \
+	wait $$unit; u=$$?; \
+	echo "---- $(UNIT_TESTS) (exit $$u):"; cat .reaper/test-unit.log; \
+	echo "---- tests/e2e (exit $$e2e)"; \
+	test $$e2e -eq 0 -a $$u -eq 0
 
 # Random timelines through the real workflows against the reference model, many more than in
 # `make test` (REAPER_TIMELINE_EXAMPLES, default here 200; about 3-4 s each).
