@@ -1,0 +1,287 @@
+"""Repair of a stuck liveness: the controller does what the README's manual remedy says.
+
+A ``WorkerLiveness`` whose history the current code cannot replay fails every workflow task
+for ever (README, "Open: a liveness that no replica can replay"; the cause is outside
+reaper). The fleet monitor runs :meth:`RepairActivities.repair_stuck` at every check: it
+reads the suspect ``workers`` rows (``reaper.core.policy.repair.is_suspect``), describes
+each one's liveness, and resets a stuck one (``is_stuck``, and its history fails to replay
+with a nondeterminism error) to the latest workflow task the current code can replay
+(``latest_replayable``), with its later signals reapplied. One ``events`` row (``worker``,
+``repaired``) and one log line per reset.
+
+The replay is injected (:data:`ReplayCheck`), because this package may not import the
+workflows (import layers, README "Architecture"): ``worker.py`` builds it from
+``workflows.ALL_WORKFLOWS`` and the pydantic data converter.
+
+Resetting re-runs what the liveness did after the reset point. That is safe: every activity
+is idempotent (guarded by the state it expects), and child ids come from data: a collector
+started after the point is found running again (``WorkflowAlreadyStartedError``, handled in
+``workflows/intake.py``), a reap is started again under the same id once the first has
+completed (a reap is one short activity; the repair comes at least
+``policy.repair.suspect_after`` after the liveness stopped completing tasks) and finds its
+tasks already ``lost``. Nothing is destroyed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+from temporalio import activity, workflow
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities import metrics
+from activities.base import ActivityBase, write_events
+from activities.types import RepairResult
+from reaper.core.config import Settings
+from reaper.core.contract import liveness_id
+from reaper.core.policy import repair as policy
+
+log = logging.getLogger("reaper.repair")
+
+ReplayCheck = Callable[[WorkflowHistory], Awaitable[BaseException | None]]
+"""Replays a history on the controller's workflow code: ``None`` if it replays cleanly, else
+the failure (``temporalio.workflow.NondeterminismError`` for a nondeterminism)."""
+
+SUSPECTS = (
+    "SELECT name FROM reaper.workers"
+    " WHERE state = ANY($1::text[]) AND last_heartbeat_at < $2"
+    " ORDER BY random() LIMIT $3"
+)
+"""Up to $3 suspect workers (``policy.repair.is_suspect``: state in $1, last heartbeat before
+the cutoff $2), in random order, so that suspects which are not stuck (an outage grace, a
+liveness terminated by hand) never starve a stuck one."""
+BATCH = 10
+"""Suspects looked at per check: one ``describe`` each."""
+BUDGET_S = 30.0
+"""Seconds of work per check after which no further suspect is started (a replay of the
+largest history, ``HISTORY_CAP`` events, takes about 3 s here)."""
+HEARTBEAT_EVERY_S = 5.0
+"""The activity heartbeats this often, so a controller that dies in a long replay is noticed
+at the heartbeat timeout (``workflows/fleet.py``), not at the end of ``start_to_close``."""
+REQUEST_NAMESPACE = uuid.UUID("6f0d7c55-3c1e-4a57-9d4b-2a37c1e0a9b1")
+"""uuid5 namespace of reset request ids."""
+
+
+def repair_key(workflow_id: str, run_id: str) -> str:
+    """The key of one repair: a run is reset at most once (the ``events`` row's ``dedupe``)."""
+    return f"repaired:{workflow_id}:{run_id}"
+
+
+def completed_tasks(history: WorkflowHistory) -> list[int]:
+    """Ids of the ``WorkflowTaskCompleted`` events of ``history``, ascending."""
+    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    return [e.event_id for e in history.events if e.event_type == done]
+
+
+def prefix(history: WorkflowHistory, last_event_id: int) -> WorkflowHistory:
+    """``history`` up to and including event ``last_event_id``."""
+    return WorkflowHistory(
+        history.workflow_id, [e for e in history.events if e.event_id <= last_event_id]
+    )
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a replay of a liveness's history says about repairing it."""
+
+    failure: BaseException | None
+    """The whole history's replay failure; ``None`` if it replays (nothing to repair)."""
+    point: int | None = None
+    """Where to reset: the latest ``WorkflowTaskCompleted`` event whose prefix replays, if the
+    failure is a nondeterminism and such an event exists; else ``None`` (do not reset)."""
+
+    @property
+    def nondeterministic(self) -> bool:
+        return isinstance(self.failure, workflow.NondeterminismError)
+
+
+async def diagnose(history: WorkflowHistory, replay: ReplayCheck) -> Diagnosis:
+    """Replay ``history``; if it fails with a nondeterminism, find the reset point
+    (``policy.repair.latest_replayable``, a few more replays of prefixes).
+
+    Raises:
+        Whatever ``replay`` raises (it reports replay failures as values).
+    """
+    failure = await replay(history)
+    if not isinstance(failure, workflow.NondeterminismError):
+        return Diagnosis(failure)
+
+    async def replays(event_id: int) -> bool:
+        return await replay(prefix(history, event_id)) is None
+
+    point = await policy.latest_replayable(
+        completed_tasks(history), replays, policy.rejected_event_id(str(failure))
+    )
+    return Diagnosis(failure, point)
+
+
+@contextlib.asynccontextmanager
+async def heartbeating() -> AsyncIterator[None]:
+    """Heartbeat the current activity every :data:`HEARTBEAT_EVERY_S` while in the block."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+
+    task = asyncio.get_running_loop().create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+class RepairActivities(ActivityBase):
+    """The fleet monitor's repair of stuck livenesses.
+
+    Args:
+        pool, settings, gc_pool: as :class:`activities.base.ActivityBase`.
+        replay: replays a history on the controller's workflows (:data:`ReplayCheck`);
+            ``None``: stuck livenesses are found and logged but never reset (no reset point
+            can be proven without it).
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        settings: Settings,
+        gc_pool: asyncpg.Pool | None = None,
+        replay: ReplayCheck | None = None,
+    ) -> None:
+        super().__init__(pool, settings, gc_pool)
+        self.replay = replay
+
+    @activity.defn(name="repair_stuck")
+    async def repair_stuck(self, at: datetime) -> RepairResult:
+        """Find stuck livenesses and reset each to the latest point the code can replay.
+
+        Reads up to :data:`BATCH` suspect workers with one query; for each, describes its
+        liveness; a stuck one (``policy.repair.is_stuck``) whose history fails to replay with
+        a nondeterminism error is reset to ``policy.repair.latest_replayable`` (signals and
+        updates after it reapplied), one ``events`` row ``repaired`` written in the same
+        transaction, with the event id and the error as its reason. A stuck liveness with no
+        replayable point, or one that fails for another cause, is left alone and logged
+        (``reaper_livenesses_unrepairable_total``). Repairs in a dry run too: a reset changes
+        reaper's own workflow, none of the scheduler's rows.
+
+        Idempotent: the reset's request id and the row's ``dedupe`` key come from the stuck
+        run's id, so a retried attempt neither resets twice (Temporal deduplicates the
+        request, and the retry finds the run reset and no longer stuck) nor writes a second
+        row. A crash after the reset and before the commit leaves the reset without its row.
+
+        Args:
+            at: the controller's (workflow) time, UTC: suspects are judged against it.
+
+        Raises:
+            RPCError: Temporal refused a describe, history read or reset (retried).
+        """
+        s = self.settings
+        cutoff = policy.suspect_cutoff(at, s.heartbeat_interval, s.stall_after, s.lost_after)
+        names = [
+            r["name"]
+            for r in await self.pool.fetch(
+                SUSPECTS, sorted(policy.REPAIRABLE_STATES), cutoff, BATCH
+            )
+        ]
+        result = RepairResult(suspects=len(names))
+        client = activity.client()
+        started = time.monotonic()
+        async with heartbeating():
+            for worker in names:
+                if time.monotonic() - started > BUDGET_S:
+                    break
+                outcome = await self._repair(client, worker)
+                if outcome is True:
+                    result.repaired.append(worker)
+                elif outcome is False:
+                    result.unrepairable.append(worker)
+        metrics.count_repaired(len(result.repaired))
+        metrics.count_unrepairable(len(result.unrepairable))
+        return result
+
+    async def _repair(self, client: Client, worker: str) -> bool | None:
+        """Repair ``worker``'s liveness if it is stuck: True if reset, False if stuck and
+        left alone, ``None`` if not stuck (or reset already by an earlier attempt)."""
+        wid = liveness_id(worker)
+        try:
+            desc = await client.get_workflow_handle(wid).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        raw = desc.raw_description
+        attempt = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 0
+        if not policy.is_stuck(desc.status == WorkflowExecutionStatus.RUNNING, attempt):
+            return None
+        run_id = desc.run_id
+        history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
+        fields = {"worker": worker, "workflow_id": wid, "action": "repair"}
+        if self.replay is None:
+            log.error("%s: liveness stuck; no replay check here, not reset", worker, extra=fields)
+            return False
+        found = await diagnose(history, self.replay)
+        if not found.nondeterministic:
+            log.error(
+                "%s: liveness stuck (workflow task attempt %s) but its history %s: not reset",
+                worker,
+                attempt,
+                "replays" if found.failure is None else f"fails otherwise ({found.failure})",
+                extra=fields,
+            )
+            return False
+        if found.point is None:
+            log.error(
+                "%s: liveness stuck and no prefix of its history replays: not reset (%s)",
+                worker,
+                found.failure,
+                extra=fields,
+            )
+            return False
+        reason = (
+            f"reset to event {found.point} (run {run_id}): workflow task failed"
+            f" {attempt - 1} times: {str(found.failure)[:300]}"
+        )
+        return await self._reset(client, worker, run_id, found.point, reason)
+
+    async def _reset(
+        self, client: Client, worker: str, run_id: str, point: int, reason: str
+    ) -> bool | None:
+        """Reset ``run_id`` of ``worker``'s liveness to ``point`` and record it, once."""
+        wid = liveness_id(worker)
+        key = repair_key(wid, run_id)
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Attempts of this activity that overlap (a retry after a heartbeat timeout)
+            # take turns; the second finds the row.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
+            if await conn.fetchval("SELECT 1 FROM reaper.events WHERE dedupe = $1", key):
+                return None
+            await client.workflow_service.reset_workflow_execution(
+                ResetWorkflowExecutionRequest(
+                    namespace=client.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=wid, run_id=run_id),
+                    reason=f"reaper: {reason}",
+                    workflow_task_finish_event_id=point,
+                    # Temporal returns the run this request created instead of resetting
+                    # again while that run is current.
+                    request_id=str(uuid.uuid5(REQUEST_NAMESPACE, key)),
+                    # Default reapply type: every signal (and update) after the point is
+                    # applied again to the new run.
+                    identity=client.identity,
+                )
+            )
+            await write_events(
+                conn, worker, "worker", "repaired", [worker], reason, "reaper", dedupe=[key]
+            )
+        return True
