@@ -176,10 +176,11 @@ class RepairActivities(ActivityBase):
         (``reaper_livenesses_unrepairable_total``). Repairs in a dry run too: a reset changes
         reaper's own workflow, none of the scheduler's rows.
 
-        Idempotent: the reset's request id and the row's ``dedupe`` key come from the stuck
-        run's id, so a retried attempt neither resets twice (Temporal deduplicates the
-        request, and the retry finds the run reset and no longer stuck) nor writes a second
-        row. A crash after the reset and before the commit leaves the reset without its row.
+        Idempotent: the row's ``dedupe`` key comes from the stuck run's id, and only the
+        current open run is reset (:meth:`reset_once`), so a retried attempt neither resets
+        twice (it finds the run replaced by the reset, and the new run not stuck) nor writes
+        a second row. A crash after the reset and before the commit leaves the reset without
+        its row (the log line of the reset is then missing too).
 
         Args:
             at: the controller's (workflow) time, UTC: suspects are judged against it.
@@ -253,19 +254,38 @@ class RepairActivities(ActivityBase):
             f"reset to event {found.point} (run {run_id}): workflow task failed"
             f" {attempt - 1} times: {str(found.failure)[:300]}"
         )
-        return await self._reset(client, worker, run_id, found.point, reason)
+        return await self.reset_once(client, worker, run_id, found.point, reason)
 
-    async def _reset(
+    async def reset_once(
         self, client: Client, worker: str, run_id: str, point: int, reason: str
     ) -> bool | None:
-        """Reset ``run_id`` of ``worker``'s liveness to ``point`` and record it, once."""
+        """Reset run ``run_id`` of ``worker``'s liveness to event ``point`` (a
+        ``WorkflowTaskCompleted``), signals after it reapplied, and write its ``events`` row
+        (``reason``), in one transaction; at most once per run.
+
+        Only the workflow's current, open run is reset: a run that a reset (this one's,
+        retried after a crash before the commit; an operator's) has replaced is left alone.
+        Temporal's own deduplication of the request id does not cover that: the dev server
+        (1.32) reset a second time for the same request id once the first reset's run was
+        current (tests/e2e/test_repair.py).
+
+        Returns:
+            True if this call reset the run; ``None`` if its row exists already, or the run
+            is no longer the current open one.
+
+        Raises:
+            RPCError: Temporal refused the reset (the transaction rolls back, no row).
+        """
         wid = liveness_id(worker)
         key = repair_key(wid, run_id)
         async with self.pool.acquire() as conn, conn.transaction():
             # Attempts of this activity that overlap (a retry after a heartbeat timeout)
-            # take turns; the second finds the row.
+            # take turns; the second finds the row, or the run replaced.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", key)
             if await conn.fetchval("SELECT 1 FROM reaper.events WHERE dedupe = $1", key):
+                return None
+            now = await client.get_workflow_handle(wid).describe()
+            if now.run_id != run_id or now.status != WorkflowExecutionStatus.RUNNING:
                 return None
             await client.workflow_service.reset_workflow_execution(
                 ResetWorkflowExecutionRequest(
@@ -273,8 +293,6 @@ class RepairActivities(ActivityBase):
                     workflow_execution=WorkflowExecution(workflow_id=wid, run_id=run_id),
                     reason=f"reaper: {reason}",
                     workflow_task_finish_event_id=point,
-                    # Temporal returns the run this request created instead of resetting
-                    # again while that run is current.
                     request_id=str(uuid.uuid5(REQUEST_NAMESPACE, key)),
                     # Default reapply type: every signal (and update) after the point is
                     # applied again to the new run.

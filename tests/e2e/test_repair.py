@@ -32,6 +32,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
+from activities.repair import repair_key
 from reaper.core.models import Timings
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings
@@ -269,6 +270,21 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
     assert all(r["n"] == 1 for r in actions), [dict(r) for r in actions]
     lost = {r["handle"] for r in actions if r["action"] == "lost"}
     assert lost == {f"t-{w}" for w in workers}
+
+    # A retried repair changes nothing more: with its row written, it stops there;
+    # with its row lost (a crash after the reset, before the commit), it finds the
+    # stuck run replaced by the new one and leaves it: no second reset, no row.
+    acts = ReaperActivities(pool, settings)
+    w, run, point = late, stuck_runs[late], points[late]
+    key = repair_key(liveness_id(w), run)
+    current = (await client.get_workflow_handle(liveness_id(w)).describe()).run_id
+    assert await acts.reset_once(client, w, run, point, "retry") is None
+    await pool.execute("DELETE FROM reaper.events WHERE dedupe = $1", key)
+    assert await acts.reset_once(client, w, run, point, "retry after a crash") is None
+    again = await client.get_workflow_handle(liveness_id(w)).describe()
+    assert again.run_id == current
+    assert again.status == WorkflowExecutionStatus.RUNNING
+    assert not await pool.fetchval("SELECT 1 FROM reaper.events WHERE dedupe = $1", key)
 
     ids = [fleet_monitor_id(tq)]
     ids += [wid for w in workers for wid in (liveness_id(w), collector_id(w), reap_id(w, 1))]
