@@ -1,13 +1,14 @@
 """Repair of a stuck liveness: the controller does what the README's manual remedy says.
 
 A ``WorkerLiveness`` whose history the current code cannot replay fails every workflow task
-for ever (README, "Open: a liveness that no replica can replay"; the cause is outside
-reaper). The fleet monitor runs :meth:`RepairActivities.repair_stuck` at every check: it
-reads the suspect ``workers`` rows (``reaper.core.policy.repair.is_suspect``), describes
-each one's liveness, and resets a stuck one (``is_stuck``, and its history fails to replay
-with a nondeterminism error) to the latest workflow task the current code can replay
-(``latest_replayable``), with its later signals reapplied. One ``events`` row (``worker``,
-``repaired``) and one log line per reset.
+for ever (README, "What the campaigns found": the cause is outside reaper, a task that ran
+with a stale clock after a Temporal restart). The fleet monitor runs
+:meth:`RepairActivities.repair_stuck` at every check: it reads the suspect ``workers``
+rows (``reaper.core.policy.repair.is_suspect``), describes each one's liveness, and resets
+a stuck one (``is_stuck``, and its history fails to replay with a nondeterminism error) to
+the latest workflow task the current code can replay (``latest_replayable``), with its
+later signals reapplied. One ``events`` row (``worker``, ``repaired``) and one log line per
+reset.
 
 The replay is injected (:data:`ReplayCheck`), because this package may not import the
 workflows (import layers, README "Architecture"): ``worker.py`` builds it from

@@ -1,5 +1,5 @@
 """Table tests of the repair policy: which livenesses are suspect, when one is stuck, and
-which reset point is chosen (README: "Open: a liveness that no replica can replay").
+which reset point is chosen (README, "What the campaigns found").
 Times are seconds after T0; durations seconds."""
 
 from __future__ import annotations
