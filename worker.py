@@ -21,8 +21,8 @@ from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
+from activities.diagnosis import ReplayCheck
 from activities.metrics_endpoint import sdk_runtime, serving
-from activities.repair import ReplayCheck
 from activities.temporal import connect, ensure_search_attributes, workflow_runner
 from reaper.core.config import ConfigError, Settings, load_settings
 from reaper.logs import setup_logging

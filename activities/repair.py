@@ -10,8 +10,8 @@ the latest workflow task the current code can replay (``latest_replayable``), wi
 later signals reapplied. One ``events`` row (``worker``, ``repaired``) and one log line per
 reset.
 
-The replay is injected (:data:`ReplayCheck`), because this package may not import the
-workflows (import layers, README "Architecture"): ``worker.py`` builds it from
+The replay is injected (``activities.diagnosis.ReplayCheck``), because this package may not
+import the workflows (import layers, README "Architecture"): ``worker.py`` builds it from
 ``workflows.ALL_WORKFLOWS`` and the pydantic data converter.
 
 Resetting re-runs what the liveness did after the reset point. That is safe: every activity
@@ -30,30 +30,25 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from datetime import datetime
 
 import asyncpg
-from temporalio import activity, workflow
+from temporalio import activity
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities import metrics
 from activities.base import ActivityBase, write_events
+from activities.diagnosis import ReplayCheck, diagnose
 from activities.types import RepairResult
 from reaper.core.config import Settings
 from reaper.core.contract import liveness_id
 from reaper.core.policy import repair as policy
 
 log = logging.getLogger("reaper.repair")
-
-ReplayCheck = Callable[[WorkflowHistory], Awaitable[BaseException | None]]
-"""Replays a history on the controller's workflow code: ``None`` if it replays cleanly, else
-the failure (``temporalio.workflow.NondeterminismError`` for a nondeterminism)."""
 
 SUSPECTS = (
     "SELECT name FROM reaper.workers"
@@ -80,54 +75,6 @@ def repair_key(workflow_id: str, run_id: str) -> str:
     return f"repaired:{workflow_id}:{run_id}"
 
 
-def completed_tasks(history: WorkflowHistory) -> list[int]:
-    """Ids of the ``WorkflowTaskCompleted`` events of ``history``, ascending."""
-    done = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    return [e.event_id for e in history.events if e.event_type == done]
-
-
-def prefix(history: WorkflowHistory, last_event_id: int) -> WorkflowHistory:
-    """``history`` up to and including event ``last_event_id``."""
-    return WorkflowHistory(
-        history.workflow_id, [e for e in history.events if e.event_id <= last_event_id]
-    )
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """What a replay of a liveness's history says about repairing it."""
-
-    failure: BaseException | None
-    """The whole history's replay failure; ``None`` if it replays (nothing to repair)."""
-    point: int | None = None
-    """Where to reset: the latest ``WorkflowTaskCompleted`` event whose prefix replays, if the
-    failure is a nondeterminism and such an event exists; else ``None`` (do not reset)."""
-
-    @property
-    def nondeterministic(self) -> bool:
-        return isinstance(self.failure, workflow.NondeterminismError)
-
-
-async def diagnose(history: WorkflowHistory, replay: ReplayCheck) -> Diagnosis:
-    """Replay ``history``; if it fails with a nondeterminism, find the reset point
-    (``policy.repair.latest_replayable``, a few more replays of prefixes).
-
-    Raises:
-        Whatever ``replay`` raises (it reports replay failures as values).
-    """
-    failure = await replay(history)
-    if not isinstance(failure, workflow.NondeterminismError):
-        return Diagnosis(failure)
-
-    async def replays(event_id: int) -> bool:
-        return await replay(prefix(history, event_id)) is None
-
-    point = await policy.latest_replayable(
-        completed_tasks(history), replays, policy.rejected_event_id(str(failure))
-    )
-    return Diagnosis(failure, point)
-
-
 @contextlib.asynccontextmanager
 async def heartbeating() -> AsyncIterator[None]:
     """Heartbeat the current activity every :data:`HEARTBEAT_EVERY_S` while in the block."""
@@ -149,7 +96,7 @@ class RepairActivities(ActivityBase):
 
     Args:
         pool, settings, gc_pool: as :class:`activities.base.ActivityBase`.
-        replay: replays a history on the controller's workflows (:data:`ReplayCheck`);
+        replay: replays a history on the controller's workflows (``ReplayCheck``);
             ``None``: stuck livenesses are found and logged but never reset (no reset point
             can be proven without it).
     """
@@ -186,8 +133,11 @@ class RepairActivities(ActivityBase):
         Args:
             at: the controller's (workflow) time, UTC: suspects are judged against it.
 
+        A Temporal error on one liveness (a describe, a history read, a reset) is logged
+        and that liveness is tried again at the next check; the others go on.
+
         Raises:
-            RPCError: Temporal refused a describe, history read or reset (retried).
+            asyncpg.PostgresError, OSError: Postgres failed (the activity is retried).
         """
         s = self.settings
         cutoff = policy.suspect_cutoff(at, s.heartbeat_interval, s.stall_after, s.lost_after)
@@ -204,7 +154,16 @@ class RepairActivities(ActivityBase):
             for worker in names:
                 if time.monotonic() - started > BUDGET_S:
                     break
-                outcome = await self._repair(client, worker)
+                try:
+                    outcome = await self._repair(client, worker)
+                except RPCError as exc:  # one liveness Temporal would not serve: the others
+                    log.warning(
+                        "%s: repair check failed (%s); the next check tries again",
+                        worker,
+                        exc,
+                        extra={"worker": worker, "action": "repair"},
+                    )
+                    continue
                 if outcome is True:
                     result.repaired.append(worker)
                 elif outcome is False:

@@ -41,7 +41,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities.repair import completed_tasks, diagnose, prefix
+from activities.diagnosis import completed_tasks, diagnose, prefix
 from worker import replay_check
 from workflows import ALL_WORKFLOWS
 
@@ -62,7 +62,7 @@ async def test_a_liveness_history_recorded_across_a_temporal_restart_replays():
 
 
 async def test_the_repair_resets_the_chaos_history_to_the_bad_tasks_own_completion():
-    """The repair's diagnosis of this history (activities/repair.py ``diagnose``, with the
+    """The repair's diagnosis of this history (activities/diagnosis.py ``diagnose``, with the
     controller's replay check): the whole history fails on event 34 (the bad task's timer);
     the latest completed workflow task whose prefix replays is event 33, the bad task's own
     completion. A reset to 33 keeps events 1-32 (the two beats included), fails the task
