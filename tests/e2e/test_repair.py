@@ -33,6 +33,7 @@ from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
 from activities.repair import repair_key
+from activities.temporal import connect
 from reaper.core.models import Timings
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings
@@ -97,7 +98,8 @@ async def long_runs() -> AsyncIterator[Client]:
     server = DevServer(root, short_runs=False)
     await server.start()
     try:
-        yield await Client.connect(server.address, data_converter=pydantic_data_converter)
+        # Listening is not serving yet ("Frontend is not healthy yet"): connect retries.
+        yield await connect(server.address, "default", deadline_s=60)
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
