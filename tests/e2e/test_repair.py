@@ -38,7 +38,6 @@ from reaper.core.models import Timings
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings
 from tests.support.diverging import EXTRA_TIMER_S, DivergingLiveness
-from tests.support.heartbeats import beat, send
 from tests.support.polling import eventually
 from tests.support.processes import DevServer
 from tests.support.scheduler import setup_service
@@ -79,16 +78,6 @@ def repaired_total() -> float:
     return REGISTRY.get_sample_value("reaper_livenesses_repaired_total") or 0.0
 
 
-async def quiet_and_diverged(client: Client, worker: str) -> str | None:
-    """The current run of ``worker``'s liveness if it has diverged and has no workflow task
-    pending (the diverging controller decided everything it was given); else ``None``."""
-    desc = await client.get_workflow_handle(liveness_id(worker)).describe()
-    if desc.raw_description.HasField("pending_workflow_task"):
-        return None
-    history = await events_of(client, liveness_id(worker), desc.run_id)
-    return desc.run_id if diverged(history) else None
-
-
 @pytest_asyncio.fixture
 async def long_runs() -> AsyncIterator[Client]:
     """A dev server of this test's own with Temporal's default continue-as-new threshold
@@ -117,10 +106,12 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
     started = time.monotonic()
 
     # 1. A controller with a liveness that is not reaper's: the workers register, start
-    #    their tasks and collectors, and two histories diverge from reaper's code.
+    #    their tasks and collectors, and two histories diverge from reaper's code. No run
+    #    continues as new here, so the diverged runs are the ones reaper's code meets.
     diverging = [DivergingLiveness if w is WorkerLiveness else w for w in ALL_WORKFLOWS]
     with Agents(client, tq, interval=1.0) as agents:
-        agents.reports[late] = {"containers": [], "volumes": [], "tasks": [f"t-{late}"]}
+        for w in workers:
+            agents.reports[w] = {"containers": [], "volumes": [], "tasks": [f"t-{w}"]}
         agents.reports[ok] = {"containers": [], "volumes": [], "tasks": []}
         async with Worker(
             client,
@@ -130,8 +121,6 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         ):
             for w in workers:
-                if w == early:
-                    await send(client, tq, beat(early, 0, containers=[], tasks=[f"t-{early}"]))
                 await eventually(
                     lambda w=w: pool.fetchval("SELECT state FROM reaper.tasks WHERE worker=$1", w),
                     lambda s: s == "running",
@@ -144,17 +133,11 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
                     timeout=60,
                     what=f"{w}'s liveness diverged",
                 )
-            # The two workers die. Their livenesses are left once the diverging code has
-            # decided all it was given (a continue-as-new's first task included), well
-            # before STALL_AFTER.
-            del agents.reports[late]
-            for w in workers:
-                await eventually(
-                    lambda w=w: quiet_and_diverged(client, w),
-                    bool,
-                    timeout=30,
-                    what=f"{w}'s diverged liveness quiet",
-                )
+        # That controller stops while the agents still beat (so it judges nobody); then
+        # two of the workers die.
+        for w in workers:
+            del agents.reports[w]
+            assert diverged(await events_of(client, liveness_id(w)))
         diverged_at = time.monotonic()
 
         # 2. Reaper's controller and its fleet monitor take over.
