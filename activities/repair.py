@@ -119,10 +119,12 @@ class RepairActivities(ActivityBase):
         liveness; a stuck one (``policy.repair.is_stuck``) whose history fails to replay with
         a nondeterminism error is reset to ``policy.repair.latest_replayable`` (signals and
         updates after it reapplied), one ``events`` row ``repaired`` written in the same
-        transaction, with the event id and the error as its reason. A stuck liveness with no
-        replayable point, or one that fails for another cause, is left alone and logged
-        (``reaper_livenesses_unrepairable_total``). Repairs in a dry run too: a reset changes
-        reaper's own workflow, none of the scheduler's rows.
+        transaction, with the event id and the error as its reason. One whose history
+        replays (the failed attempts were timeouts) is not stuck. A stuck liveness with no
+        replayable point, or whose history fails to replay for another cause than a
+        nondeterminism, is left alone and logged (``reaper_livenesses_unrepairable_total``).
+        Repairs in a dry run too: a reset changes reaper's own workflow, none of the
+        scheduler's rows.
 
         Idempotent: the row's ``dedupe`` key comes from the stuck run's id, and only the
         current open run is reset (:meth:`reset_once`), so a retried attempt neither resets
@@ -174,7 +176,8 @@ class RepairActivities(ActivityBase):
 
     async def _repair(self, client: Client, worker: str) -> bool | None:
         """Repair ``worker``'s liveness if it is stuck: True if reset, False if stuck and
-        left alone, ``None`` if not stuck (or reset already by an earlier attempt)."""
+        left alone, ``None`` if not stuck after all (or reset already by an earlier
+        attempt)."""
         wid = liveness_id(worker)
         try:
             desc = await client.get_workflow_handle(wid).describe()
@@ -193,12 +196,23 @@ class RepairActivities(ActivityBase):
             log.error("%s: liveness stuck; no replay check here, not reset", worker, extra=fields)
             return False
         found = await diagnose(history, self.replay)
-        if not found.nondeterministic:
-            log.error(
-                "%s: liveness stuck (workflow task attempt %s) but its history %s: not reset",
+        if found.failure is None:
+            # Its whole history, pending events included, replays: the failed attempts were
+            # timeouts (a controller killed with the task in hand), which pass.
+            log.info(
+                "%s: workflow task attempt %s, but its history replays: not stuck",
                 worker,
                 attempt,
-                "replays" if found.failure is None else f"fails otherwise ({found.failure})",
+                extra=fields,
+            )
+            return None
+        if not found.nondeterministic:
+            log.error(
+                "%s: liveness stuck (workflow task attempt %s), its history fails to replay"
+                " with another error than a nondeterminism: not reset (%s)",
+                worker,
+                attempt,
+                found.failure,
                 extra=fields,
             )
             return False

@@ -32,13 +32,14 @@ bound only decides which livenesses are looked at (one ``describe`` each); what 
 repair is :func:`is_stuck` and a replay that fails, so a low bound costs calls, not safety."""
 
 STUCK_ATTEMPTS = 3
-"""The attempt of one pending workflow task at which its liveness is called stuck (two
-failures in a row). A working liveness fails a task now and then: a controller killed with
-the task in hand (the task times out), the 2 s deadlock detector on a starved controller;
-two in a row are rare, and a failure that a replay of the history also hits (the second
-condition of a repair) never clears. The dev server retries a failed workflow task with a
-backoff (measured: attempt 2 at once, 3 about 20 s later, 4 10 s after that), so a stuck
-liveness reaches this within half a minute."""
+"""The attempt of one pending workflow task from which a suspect liveness is looked at
+closely (its history fetched and replayed): two failures in a row. A working liveness fails
+a task now and then (a controller killed with the task in hand, whose task times out; the
+2 s deadlock detector on a starved controller), so one failure is no reason to replay; two
+in a row can still be timeouts, which the replay tells apart (the history replays: not
+stuck). The dev server retries a failed workflow task with a backoff (measured: attempt 2
+at once, 3 about 20 s later, 4 10 s after that), so a stuck liveness reaches this within
+half a minute."""
 
 REPAIRABLE_STATES = frozenset({WorkerState.running.value, WorkerState.stalled.value})
 """Only a liveness whose worker Postgres shows ``running`` or ``stalled`` can be stuck short
@@ -95,11 +96,11 @@ def is_suspect(
 
 
 def is_stuck(running: bool, attempt: int) -> bool:
-    """Whether a suspect liveness's run is stuck: still running, with a pending workflow
-    task that has failed at least :data:`STUCK_ATTEMPTS` - 1 times (``attempt`` counts from
-    1, as ``DescribeWorkflowExecution``'s ``pending_workflow_task.attempt``; 0: none
-    pending). A stuck run is repaired only if its history also fails to replay with a
-    nondeterminism error on the current code (``activities/repair.py``)."""
+    """Whether a suspect liveness's run may be stuck: still running, with a pending
+    workflow task that has failed at least :data:`STUCK_ATTEMPTS` - 1 times (``attempt``
+    counts from 1, as ``DescribeWorkflowExecution``'s ``pending_workflow_task.attempt``; 0:
+    none pending). It is stuck, and repaired, only if its history also fails to replay with
+    a nondeterminism error on the current code (``activities/repair.py``)."""
     return running and attempt >= STUCK_ATTEMPTS
 
 
