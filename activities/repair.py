@@ -197,7 +197,7 @@ class RepairActivities(ActivityBase):
             return False
         found = await diagnose(history, self.replay)
         if found.failure is None:
-            # Its whole history, pending events included, replays: the failed attempts were
+            # Its whole history replays on this code: the failed attempts were most likely
             # timeouts (a controller killed with the task in hand), which pass.
             log.info(
                 "%s: workflow task attempt %s, but its history replays: not stuck",
