@@ -62,7 +62,7 @@ BATCH = 10
 """Suspects looked at per check: one ``describe`` each."""
 BUDGET_S = 30.0
 """Seconds of work per check after which no further suspect is started (a replay of the
-largest history, ``HISTORY_CAP`` events, takes about 3 s here)."""
+largest history, ``HISTORY_CAP`` events, takes about 3 s here: 0.24 s for 679 events)."""
 HEARTBEAT_EVERY_S = 5.0
 """The activity heartbeats this often, so a controller that dies in a long replay is noticed
 at the heartbeat timeout (``workflows/fleet.py``), not at the end of ``start_to_close``."""
@@ -132,11 +132,15 @@ class RepairActivities(ActivityBase):
         a second row. A crash after the reset and before the commit leaves the reset without
         its row (the log line of the reset is then missing too).
 
+        A Temporal error on one liveness (a describe, a history read, a reset) is logged
+        and that liveness is tried again at the next check; the others go on.
+
         Args:
             at: the controller's (workflow) time, UTC: suspects are judged against it.
 
-        A Temporal error on one liveness (a describe, a history read, a reset) is logged
-        and that liveness is tried again at the next check; the others go on.
+        Returns:
+            How many suspects were looked at, the workers whose liveness was reset, and
+            those found stuck and left alone.
 
         Raises:
             asyncpg.PostgresError, OSError: Postgres failed (the activity is retried).
