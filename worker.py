@@ -14,11 +14,14 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
+from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
+from activities.diagnosis import ReplayCheck
 from activities.metrics_endpoint import sdk_runtime, serving
 from activities.temporal import connect, ensure_search_attributes, workflow_runner
 from reaper.core.config import ConfigError, Settings, load_settings
@@ -59,13 +62,10 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         applied = await migrate(pool)
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
-        client = await connect(
-            settings.temporal_address,
-            settings.namespace,
-            runtime=sdk_runtime(settings.sdk_metrics_port),
-        )
+        runtime = sdk_runtime(settings.sdk_metrics_port)
+        client = await connect(settings.temporal_address, settings.namespace, runtime=runtime)
         await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
-        acts = ReaperActivities(pool, settings, gc_pool=gc_pool)
+        acts = ReaperActivities(pool, settings, gc_pool=gc_pool, replay=replay_check(runtime))
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -93,6 +93,34 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         await gc_pool.close()
         await pool.close()
+
+
+def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
+    """How the repair of a stuck liveness (``activities/repair.py``) tells whether a history
+    replays on this controller's code: the SDK's ``Replayer`` with ``ALL_WORKFLOWS``, the
+    pydantic data converter and the controller's workflow runner, as ``serve`` runs them.
+
+    Args:
+        runtime: the SDK runtime of the controller's client (one runtime per process); the
+            SDK's default when ``None``.
+
+    Returns:
+        An async function of a ``WorkflowHistory``: ``None`` if it replays cleanly, else
+        the replay's failure (``temporalio.workflow.NondeterminismError`` for a
+        nondeterminism). Replays run in the SDK's replay worker, one at a time per call.
+    """
+    replayer = Replayer(
+        workflows=ALL_WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+        runtime=runtime,
+    )
+
+    async def replay(history: WorkflowHistory) -> BaseException | None:
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        return result.replay_failure
+
+    return replay
 
 
 async def start_fleet_monitor(client: Client, acts: ReaperActivities, settings: Settings) -> None:

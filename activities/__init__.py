@@ -12,6 +12,7 @@ from activities.fleet import FleetActivities
 from activities.keys import KeyActivities
 from activities.liveness import LivenessActivities
 from activities.reap import ReapActivities
+from activities.repair import RepairActivities
 from activities.retire import RetireActivities
 from activities.staging import StagingActivities
 
@@ -26,8 +27,11 @@ class ReaperActivities(
     ChangeActivities,
     StagingActivities,
     KeyActivities,
+    RepairActivities,
 ):
-    """Every activity, bound to one asyncpg pool and the controller's settings."""
+    """Every activity, bound to one asyncpg pool and the controller's settings (and, for
+    ``repair_stuck``, the controller's replay check: see
+    :class:`activities.repair.RepairActivities`)."""
 
     def all(self) -> list[Callable[..., Any]]:
         """The bound activity methods, for ``Worker(activities=...)``."""
@@ -40,6 +44,7 @@ class ReaperActivities(
             self.fleet_status,
             self.fleet_upkeep,
             self.nudge_changed,
+            self.repair_stuck,
             self.worker_record,
             self.retire_worker,
             self.reconcile_report,

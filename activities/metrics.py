@@ -36,6 +36,17 @@ HEARTBEATS_REJECTED = Counter(
     "Heartbeats and operator signals rejected by this controller's liveness workflows"
     " (malformed, sent to another worker's liveness, force_reap before any beat).",
 )
+LIVENESSES_REPAIRED = Counter(
+    "reaper_livenesses_repaired",
+    "Stuck liveness workflows (a history the code cannot replay) reset by this controller to"
+    " the latest workflow task that replays (activities/repair.py).",
+)
+LIVENESSES_UNREPAIRABLE = Counter(
+    "reaper_livenesses_unrepairable",
+    "Checks of this controller that found a stuck liveness and could not reset it (no"
+    " replayable reset point, or a failure other than a nondeterminism); rises at every check"
+    " while one stays stuck.",
+)
 RECONCILE_SECONDS = Histogram(
     "reaper_reconcile_duration_seconds",
     "Time to diff one complete report against Postgres (reconcile_report activity), by kind.",
@@ -58,6 +69,18 @@ def count_reaped(tasks: int) -> None:
     """Count ``tasks`` taken down by a reap, after its transaction committed."""
     if tasks > 0:
         TASKS_REAPED.inc(tasks)
+
+
+def count_repaired(livenesses: int) -> None:
+    """Count ``livenesses`` reset by a repair, after the reset and its row committed."""
+    if livenesses > 0:
+        LIVENESSES_REPAIRED.inc(livenesses)
+
+
+def count_unrepairable(livenesses: int) -> None:
+    """Count ``livenesses`` found stuck and left alone by one repair check."""
+    if livenesses > 0:
+        LIVENESSES_UNREPAIRABLE.inc(livenesses)
 
 
 def count_rejected() -> None:

@@ -91,6 +91,16 @@ class UpkeepResult(BaseModel):
     placed: list[tuple[str, str]] = Field(default_factory=list)
 
 
+class RepairResult(BaseModel):
+    """What ``repair_stuck`` did: suspect workers looked at, livenesses reset, and stuck
+    livenesses left alone (no replayable reset point, or a failure other than a
+    nondeterminism)."""
+
+    suspects: int = 0
+    repaired: list[str] = Field(default_factory=list)
+    unrepairable: list[str] = Field(default_factory=list)
+
+
 class RetireRequest(BaseModel):
     """Retire ``worker`` (CONTRACT.md §5.1); ``automatic`` when no operator or agent asked."""
 

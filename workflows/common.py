@@ -38,6 +38,9 @@ CHANGE_FEED = "change-feed"
 """Patch: the fleet monitor reads the change feed and nudges changed workers, and unchanged
 reports are re-diffed every ``FULL_RESYNC_INTERVAL`` instead of every ``RESYNC_INTERVAL``."""
 
+REPAIR_STUCK = "repair-stuck"
+"""Patch: the fleet monitor runs ``repair_stuck`` at every check (activities/repair.py)."""
+
 R = TypeVar("R")
 
 

@@ -5,7 +5,9 @@ whenever a worker changes state, ``activities/fleet.py`` ``refresh_fleet``) and 
 the workflow's current details and memo and in the ``fleet`` query; and it runs the fleet's
 upkeep: owed replacements placed on workers that became available (§5.1), stray tasks on
 lost or retired workers reaped; the workers that received work are told at once; and the
-change feed read: each worker whose rows changed is asked for a diff (activities/changes.py).
+change feed read: each worker whose rows changed is asked for a diff (activities/changes.py);
+and stuck livenesses repaired (activities/repair.py), concurrently with the checks, so a
+slow repair (replays of a long history) never delays owed work.
 """
 
 from __future__ import annotations
@@ -13,13 +15,46 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
-    from activities.types import FleetView
+    from activities.types import FleetView, RepairResult
     from reaper.core.models import Timings
-    from workflows.common import CHANGE_FEED, run_activity, should_continue_as_new, tell_placed
+    from workflows.common import (
+        CHANGE_FEED,
+        REPAIR_STUCK,
+        run_activity,
+        should_continue_as_new,
+        tell_placed,
+    )
     from workflows.view import utc
+
+REPAIR_TIMEOUT = timedelta(minutes=2)
+"""``start_to_close`` of ``repair_stuck``: its replays of a long history take seconds each
+(``activities/repair.py`` stops starting new ones after 30 s)."""
+REPAIR_HEARTBEAT = timedelta(seconds=20)
+"""Its heartbeat timeout (it beats every 5 s): a controller that dies mid-repair is noticed
+this soon, and the repair retried (rule 8's 30 s)."""
+REPAIR_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=3,
+)
+"""Unlike every other activity, a repair is not retried for ever: the next check starts
+another one anyway, and the monitor must never wait for ever on one that cannot succeed
+(it waits for the running one before it continues as new)."""
+
+
+async def finish_repair(repair: workflow.ActivityHandle[RepairResult]) -> None:
+    """Wait for a repair (at once if done); a failure after its retries is logged only: the
+    next check repairs again."""
+    try:
+        await repair
+    except ActivityError as exc:
+        workflow.logger.warning("repair of stuck livenesses failed: %s", exc.cause or exc)
 
 
 def fleet_details(view: FleetView, timings: Timings, placed: int) -> str:
@@ -50,6 +85,7 @@ class FleetMonitor:
 
     @workflow.run
     async def run(self, timings: Timings) -> None:
+        repair: workflow.ActivityHandle[RepairResult] | None = None
         while True:
             view = await run_activity(
                 ReaperActivities.fleet_status, workflow.now(), summary="read fleet disruption state"
@@ -77,9 +113,22 @@ class FleetMonitor:
                 await run_activity(
                     ReaperActivities.nudge_changed, None, summary="ask changed workers for a diff"
                 )
+            if (repair is None or repair.done()) and workflow.patched(REPAIR_STUCK):
+                if repair is not None:
+                    await finish_repair(repair)
+                repair = workflow.start_activity_method(
+                    ReaperActivities.repair_stuck,
+                    workflow.now(),
+                    start_to_close_timeout=REPAIR_TIMEOUT,
+                    heartbeat_timeout=REPAIR_HEARTBEAT,
+                    retry_policy=REPAIR_RETRY,
+                    summary="repair stuck livenesses",
+                )
             # Metadata, not history: shown afresh at every check.
             workflow.set_current_details(fleet_details(view, timings, len(upkeep.placed)))
             if should_continue_as_new():
+                if repair is not None:
+                    await finish_repair(repair)  # its result is logged and counted by it
                 workflow.continue_as_new(timings)
             await workflow.sleep(
                 timedelta(seconds=timings.heartbeat_interval), summary="next fleet check"

@@ -28,6 +28,7 @@ RUNBOOKS = {
     "runbook-owed-replacements",
     "runbook-rejected-heartbeats",
     "runbook-controller-down",
+    "runbook-stuck-liveness",
 }
 
 
@@ -68,7 +69,7 @@ def test_every_alert_links_a_runbook_and_fires_in_a_unit_test():
         assert path == "docs/operator-guide.md" and anchor in RUNBOOKS, rule["alert"]
         anchors.add(anchor)
         assert rule["alert"] in fired, f"{rule['alert']} never fires in alerts_test.yml"
-    assert anchors == RUNBOOKS  # lost worker, disruption, owed, rejected, controller down
+    assert anchors == RUNBOOKS  # lost, disruption, owed, rejected, controller down, stuck
 
 
 def test_rules_query_only_exported_series():

@@ -31,6 +31,7 @@ RUNBOOKS = (
     "runbook-controller-down",
     "runbook-forced-reap",
     "runbook-retirement",
+    "runbook-stuck-liveness",
 )
 """The anchors the alert rules link to (deploy/prometheus/alerts.yml)."""
 _ROW = re.compile(r"^\| `(REAPER_[A-Z0-9_]+)` \| ([^|]*) \|", re.MULTILINE)

@@ -12,6 +12,7 @@ from temporalio.worker import Worker
 
 from activities import ReaperActivities
 from reaper.core.config import Settings
+from worker import replay_check
 from workflows import ALL_WORKFLOWS
 
 
@@ -48,10 +49,11 @@ def controller(
     task_queue: str,
     **worker_options: Any,
 ) -> Worker:
-    """An in-process controller worker on ``task_queue`` (the SDK's default sandbox), with
+    """An in-process controller worker on ``task_queue`` (the SDK's default sandbox; the
+    repair of stuck livenesses replays as ``worker.py`` does), with
     further ``Worker`` options if given (``max_cached_workflows=1``: nearly every activation
     replays its history first)."""
-    acts = ReaperActivities(pool, settings)
+    acts = ReaperActivities(pool, settings, replay=replay_check())
     return Worker(
         client,
         task_queue=task_queue,

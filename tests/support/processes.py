@@ -115,10 +115,10 @@ class DevServer(ChildProcess):
     start, as ``reaper run`` does) and keeps the default continue-as-new threshold, so a
     page shows one run for the length of a test; without, it is headless and suggests
     continue-as-new every ~30 events, as the session's dev server does
-    (tests/e2e/conftest.py).
+    (tests/e2e/conftest.py), unless ``short_runs`` is False.
     """
 
-    def __init__(self, root: Path, web_ui: bool = False) -> None:
+    def __init__(self, root: Path, web_ui: bool = False, short_runs: bool = True) -> None:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.log = root / "temporal.log"
@@ -140,11 +140,12 @@ class DevServer(ChildProcess):
             "frontend.enableServerVersionCheck=false",
         ]
         if self.ui_port is None:
-            self.argv += [
-                "--headless",
-                "--dynamic-config-value",
-                "limit.historyCount.suggestContinueAsNew=30",
-            ]
+            self.argv += ["--headless"]
+            if short_runs:
+                self.argv += [
+                    "--dynamic-config-value",
+                    "limit.historyCount.suggestContinueAsNew=30",
+                ]
         else:
             self.argv += ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
         # Registered from the start: an in-process controller (unlike worker.py) registers

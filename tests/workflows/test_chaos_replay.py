@@ -26,6 +26,10 @@ comes from the SDK core and the server's poll response, which is where the cause
 same sequence without the dev-server restart gives the right clock: a worker gone, a timer
 fired, two signals, a fresh worker, tried 2026-12-02). Marked ``xfail(strict=True)``: a
 change that makes it replay must say so here.
+
+The controller now repairs such a liveness itself (activities/repair.py): the tests below
+check that its diagnosis of this history picks the reset point the README's manual remedy
+names.
 """
 
 from __future__ import annotations
@@ -37,9 +41,12 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from activities.diagnosis import completed_tasks, diagnose, prefix
+from worker import replay_check
 from workflows import ALL_WORKFLOWS
 
 HISTORY = Path(__file__).parent / "histories" / "liveness-chaos-seed7-nondeterminism.json"
+LIVENESS = Path(__file__).parent / "histories" / "liveness.json"
 
 
 @pytest.mark.xfail(
@@ -52,3 +59,28 @@ async def test_a_liveness_history_recorded_across_a_temporal_restart_replays():
     replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
+
+
+async def test_the_repair_resets_the_chaos_history_to_the_bad_tasks_own_completion():
+    """The repair's diagnosis of this history (activities/diagnosis.py ``diagnose``, with the
+    controller's replay check): the whole history fails on event 34 (the bad task's timer);
+    the latest completed workflow task whose prefix replays is event 33, the bad task's own
+    completion. A reset to 33 keeps events 1-32 (the two beats included), fails the task
+    started at 32 and runs it again on the current code: the README's manual remedy (the
+    ``WorkflowTaskCompleted`` just before the event the replay rejects). Event 38, the next
+    completed task, is not a reset point: its prefix holds event 34."""
+    history = WorkflowHistory.from_json("liveness-w0", HISTORY.read_text())
+    replay = replay_check()
+    found = await diagnose(history, replay)
+    assert found.nondeterministic, found.failure
+    assert "HistoryEvent(id: 34" in str(found.failure)
+    assert completed_tasks(history) == [4, 12, 18, 23, 27, 33, 38]
+    assert found.point == 33
+    assert await replay(prefix(history, 33)) is None
+    assert await replay(prefix(history, 38)) is not None
+
+
+async def test_the_repair_leaves_a_history_that_replays_alone():
+    history = WorkflowHistory.from_json("liveness-a-16949f", LIVENESS.read_text())
+    found = await diagnose(history, replay_check())
+    assert found.failure is None and found.point is None and not found.nondeterministic

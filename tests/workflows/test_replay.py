@@ -53,7 +53,11 @@ async def test_record_histories(fleet):
 
 
 # collector: kinds in turn, before the `kinds-apart` patch; collector-kinds-apart: after it.
-@pytest.mark.parametrize("name", ["liveness", "collector", "collector-kinds-apart", "reap"])
+# fleet: a fleet monitor recorded at commit 082a540, before the `repair-stuck` patch (two
+# workers, one lost and reaped; not rewritten by REAPER_RECORD_HISTORIES).
+@pytest.mark.parametrize(
+    "name", ["liveness", "collector", "collector-kinds-apart", "reap", "fleet"]
+)
 async def test_stored_history_replays_on_current_code(name):
     path = HISTORIES / f"{name}.json"
     raw = path.read_text()

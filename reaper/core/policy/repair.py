@@ -1,0 +1,155 @@
+"""Repair policy: which livenesses are suspect, when one is stuck, where it may be reset.
+
+A safety net for a fault outside reaper: a ``WorkerLiveness`` whose history no replica can
+replay (README, "What the campaigns found": a workflow task that ran with a stale
+``workflow.now()`` after a Temporal restart). Every later workflow task of that run fails
+with a nondeterminism error, the worker is never judged ``lost`` and its tasks never reaped
+(CONTRACT.md rules 5 and 8). The remedy is the operator's: reset the run to the last
+workflow task the current code can replay; later signals are reapplied.
+
+Pure functions over values; ``activities/repair.py`` applies them. Times are timezone-aware
+UTC ``datetime``s, durations seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+
+from reaper.core.contract import WorkerState
+
+TIMER_SLACK_S = 0.25
+"""A liveness's deadline timer fires this long after the deadline (``workflows.clock``
+``DEADLINE_SLACK_S``): part of the time a working liveness takes to judge a silence."""
+
+SUSPECT_SLACK_S = 10.0
+"""Beyond the contract's bounds: one workflow task and one ``record_worker_state`` attempt
+on a loaded controller (a few seconds on two cores at load 12, README "A starved
+controller"). A liveness older than the bound by less than this may only be slow. The
+bound only decides which livenesses are looked at (one ``describe`` each); what decides a
+repair is :func:`is_stuck` and a replay that fails, so a low bound costs calls, not safety."""
+
+STUCK_ATTEMPTS = 3
+"""The attempt of one pending workflow task from which a suspect liveness is looked at
+closely (its history fetched and replayed): two failures in a row. A working liveness fails
+a task now and then (a controller killed with the task in hand, whose task times out; the
+2 s deadlock detector on a starved controller), so one failure is no reason to replay; two
+in a row can still be timeouts, which the replay tells apart (the history replays: not
+stuck). The dev server retries a failed workflow task with a backoff (measured: attempt 2
+at once, 3 about 20 s later, 4 10 s after that), so a stuck liveness reaches this within
+half a minute."""
+
+REPAIRABLE_STATES = frozenset({WorkerState.running.value, WorkerState.stalled.value})
+"""Only a liveness whose worker Postgres shows ``running`` or ``stalled`` can be stuck short
+of a verdict; ``lost`` was judged (and a ``retired`` worker's liveness has completed)."""
+
+_REJECTED = re.compile(r"HistoryEvent\(id: (\d+)")
+
+
+def suspect_after(heartbeat_interval: float, stall_after: float, lost_after: float) -> float:
+    """Seconds after ``workers.last_heartbeat_at`` by which a working liveness has written
+    ``lost`` to Postgres; a ``running`` or ``stalled`` row older than this is suspect.
+
+    The sum of what CONTRACT.md allows: ``LOST_AFTER`` of silence (rule 5) plus the timer's
+    slack; ``last_heartbeat_at`` may lag the workflow by ``STALL_AFTER`` (§5.3), so the last
+    beat may be that much later than the row says; the state shows within ``2 x
+    HEARTBEAT_INTERVAL`` of the change (§5.3); plus :data:`SUSPECT_SLACK_S`. An outage grace
+    (the controller or Temporal was down) can hold ``lost`` back longer: then the liveness
+    is suspect but not stuck (its tasks do not fail), and nothing is done.
+
+    Args:
+        heartbeat_interval, stall_after, lost_after: the controller's settings, seconds.
+    """
+    return lost_after + TIMER_SLACK_S + stall_after + 2 * heartbeat_interval + SUSPECT_SLACK_S
+
+
+def suspect_cutoff(
+    now: datetime, heartbeat_interval: float, stall_after: float, lost_after: float
+) -> datetime:
+    """The ``last_heartbeat_at`` (UTC) before which a ``running`` or ``stalled`` worker is
+    suspect at ``now`` (UTC): ``now`` minus :func:`suspect_after`."""
+    return now - timedelta(seconds=suspect_after(heartbeat_interval, stall_after, lost_after))
+
+
+def is_suspect(
+    state: str | None,
+    last_heartbeat_at: datetime | None,
+    now: datetime,
+    heartbeat_interval: float,
+    stall_after: float,
+    lost_after: float,
+) -> bool:
+    """Whether a ``workers`` row shows a liveness that should have judged its worker lost
+    by ``now`` (UTC) and has not: state ``running`` or ``stalled``, and a last heartbeat
+    older than :func:`suspect_after`. ``activities/repair.py`` selects the same rows in SQL.
+
+    Args:
+        state: ``workers.state`` (``None``: no row).
+        last_heartbeat_at: ``workers.last_heartbeat_at`` (UTC), ``None`` if never set.
+    """
+    if state not in REPAIRABLE_STATES or last_heartbeat_at is None:
+        return False
+    cutoff = suspect_cutoff(now, heartbeat_interval, stall_after, lost_after)
+    return last_heartbeat_at < cutoff
+
+
+def is_stuck(running: bool, attempt: int) -> bool:
+    """Whether a suspect liveness's run may be stuck: still running, with a pending
+    workflow task that has failed at least :data:`STUCK_ATTEMPTS` - 1 times (``attempt``
+    counts from 1, as ``DescribeWorkflowExecution``'s ``pending_workflow_task.attempt``; 0:
+    none pending). It is stuck, and repaired, only if its history also fails to replay with
+    a nondeterminism error on the current code (``activities/repair.py``)."""
+    return running and attempt >= STUCK_ATTEMPTS
+
+
+def rejected_event_id(message: str) -> int | None:
+    """The event a nondeterminism error names (``... HistoryEvent(id: 34, TimerStarted)``,
+    the SDK core's wording), or ``None`` if it names none."""
+    found = _REJECTED.search(message)
+    return int(found.group(1)) if found else None
+
+
+async def latest_replayable(
+    completed: Sequence[int],
+    replays: Callable[[int], Awaitable[bool]],
+    rejected: int | None = None,
+) -> int | None:
+    """The latest reset point the current code can replay, or ``None`` if there is none.
+
+    A reset to the ``WorkflowTaskCompleted`` event ``N`` keeps the events before that
+    task's completion and runs the task again, live, on the current code; the replay of
+    the events up to ``N`` checks exactly the decisions kept (the commands of every earlier
+    task; the task ending at ``N`` is run, not checked). So ``N`` is safe when that prefix
+    replays. Prefixes replay monotonically (the replay of a shorter prefix is the start of
+    a longer one's, and the code is deterministic), so a bisection finds the latest, with
+    the event the replay rejected (:func:`rejected_event_id`) as its first guess: the last
+    completed task before it, then the next one. The whole history is known not to replay.
+
+    Args:
+        completed: ids of the history's ``WorkflowTaskCompleted`` events, ascending.
+        replays: whether the history up to and including an event id replays cleanly.
+        rejected: the event id the whole history's replay rejected, if known.
+
+    Returns:
+        An element of ``completed``, or ``None`` (no prefix replays: reset to nothing).
+    """
+    lo, hi = -1, len(completed)  # completed[lo] replays; completed[hi] (or the end) does not
+    if rejected is not None:
+        guess = bisect_left(completed, rejected) - 1
+        for probe in (guess, guess + 1):
+            if not lo < probe < hi:
+                break
+            if await replays(completed[probe]):
+                lo = probe
+            else:
+                hi = probe
+                break
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if await replays(completed[mid]):
+            lo = mid
+        else:
+            hi = mid
+    return completed[lo] if lo >= 0 else None

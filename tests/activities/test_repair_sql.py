@@ -1,0 +1,37 @@
+"""The repair's SQL selects exactly the workers ``reaper.core.policy.repair.is_suspect``
+calls suspect (activities/repair.py ``SUSPECTS``), on random rows against real Postgres.
+Seeded, so a failure names a reproducible case."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from activities.repair import SUSPECTS
+from reaper.core.policy.repair import REPAIRABLE_STATES, is_suspect, suspect_after, suspect_cutoff
+
+NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+TIMINGS = (1.0, 3.0, 6.0)  # heartbeat interval, STALL_AFTER, LOST_AFTER (seconds)
+STATES = ["running", "stalled", "lost", "retired"]
+
+
+async def test_suspects_sql_agrees_with_the_policy(pool):
+    rng = random.Random(7)
+    bound = suspect_after(*TIMINGS)
+    rows = []
+    for i in range(200):
+        silent = rng.choice([None, 0.0, bound - 0.001, bound, bound + 0.001, rng.uniform(0, 60)])
+        last = NOW - timedelta(seconds=silent) if silent is not None else None
+        rows.append((f"w{i}", rng.choice(STATES), last))
+    await pool.executemany(
+        "INSERT INTO reaper.workers (name, state, last_heartbeat_at) VALUES ($1, $2, $3)", rows
+    )
+    cutoff = suspect_cutoff(NOW, *TIMINGS)
+    selected = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, len(rows))
+    expected = {name for name, state, last in rows if is_suspect(state, last, NOW, *TIMINGS)}
+    assert {r["name"] for r in selected} == expected
+    assert expected  # the draw holds suspects and non-suspects alike
+    assert len(expected) < len(rows)
+
+    limited = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, 3)
+    assert len(limited) == 3 and {r["name"] for r in limited} <= expected
