@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
@@ -72,21 +73,29 @@ async def reap_step(live: LivenessState, seen: str | None) -> None:
             workflow.logger.warning("reap of %s deferred: fleet in full disruption", live.worker)
             return
     live.reaps += 1
-    result: ReapResult = await workflow.execute_child_workflow(
-        WorkerReap.run,
-        ReapInput(
-            worker=live.worker,
-            reason=req.reason,
-            actor=req.actor,
-            forced=live.reap_forced,
-            lost_after=t.lost_after,
-            last_heartbeat_at=live.last_heartbeat_at,
-            dry_run=t.dry_run,
-        ),
-        id=reap_id(live.worker, live.reaps),
-        static_summary=f"reap {live.worker}: {req.reason}",
-        parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-    )
+    try:
+        result: ReapResult = await workflow.execute_child_workflow(
+            WorkerReap.run,
+            ReapInput(
+                worker=live.worker,
+                reason=req.reason,
+                actor=req.actor,
+                forced=live.reap_forced,
+                lost_after=t.lost_after,
+                last_heartbeat_at=live.last_heartbeat_at,
+                dry_run=t.dry_run,
+            ),
+            id=reap_id(live.worker, live.reaps),
+            static_summary=f"reap {live.worker}: {req.reason}",
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+        )
+    except WorkflowAlreadyStartedError:
+        # That reap is still running: started by this liveness before it was reset to an
+        # earlier point (activities/repair.py). Try again under the next id a heartbeat
+        # interval later; the reap is one transaction, so the second finds its work done.
+        live.reap_retry_at = workflow.now() + timedelta(seconds=t.heartbeat_interval)
+        workflow.logger.warning("reap of %s already running; retry later", live.worker)
+        return
     if result.refused is None:
         live.reap_request, live.reap_forced = None, False
         return

@@ -223,3 +223,24 @@ async def test_duplicate_late_and_old_boot_beats_change_nothing(fleet):
     assert after.rejected == 0
     marks = await fleet.pool.fetch("SELECT missing_since FROM reaper.containers")
     assert all(m["missing_since"] is None for m in marks)
+
+
+async def test_a_reap_whose_id_is_taken_is_tried_again_under_the_next_id(fleet):
+    """A liveness reset to before its reap (activities/repair.py) finds ``reap-{w}-1`` still
+    running: it neither fails its task nor gives up; the next id reaps (rule 5)."""
+    a, b, c = fleet.name("a"), fleet.name("b"), fleet.name("c")
+    await setup_service(fleet.pool, "web", {a: ["t-a1"], b: [], c: []})
+    # A workflow under the id of a's first reap that never ends (nobody polls its queue).
+    await fleet.client.start_workflow("Placeholder", id=f"reap-{a}-1", task_queue=f"nobody-{a}")
+    await fleet.beat(a, tasks=["t-a1"])
+    await fleet.beat(b, tasks=[])
+    await fleet.beat(c, tasks=[])
+    await fleet.advance(LOST + 40, beating={b: {"tasks": []}, c: {"tasks": []}})
+    assert (await fleet.state(a)).state == "lost"
+    await eventually(
+        lambda: task_states(fleet.pool),
+        lambda tasks: tasks["t-a1"][1:3] == ("lost", "worker-lost"),
+        what="t-a1 reaped by reap 2",
+    )
+    second = await fleet.client.get_workflow_handle(f"reap-{a}-2").describe()
+    assert second.status is not None and second.status.name == "COMPLETED"
