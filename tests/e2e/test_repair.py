@@ -27,23 +27,20 @@ import pytest_asyncio
 from prometheus_client import REGISTRY
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
 from activities.repair import repair_key
 from activities.temporal import connect
-from reaper.core.models import Timings
 from tests.support.agents import Agents
-from tests.support.controller import controller, make_settings
+from tests.support.controller import controller, make_settings, start_monitor
 from tests.support.diverging import EXTRA_TIMER_S, DivergingLiveness
 from tests.support.polling import eventually
 from tests.support.processes import DevServer
 from tests.support.scheduler import setup_service
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
-from workflows.fleet import FleetMonitor
 
 TIMINGS = dict(
     heartbeat_interval=1,
@@ -142,13 +139,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
 
         # 2. Reaper's controller and its fleet monitor take over.
         async with controller(client, pool, settings, tq):
-            await client.start_workflow(
-                FleetMonitor.run,
-                Timings.of(settings),
-                id=fleet_monitor_id(tq),
-                task_queue=tq,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            )
+            await start_monitor(client, settings, tq)
             for w in workers:
                 await eventually(
                     lambda w=w: client.get_workflow_handle(liveness_id(w)).describe(),

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tests.support.agents import Agents
-from tests.support.controller import controller, make_settings
+from tests.support.controller import controller, make_settings, start_monitor
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 from tests.support.scheduler import insert
@@ -79,10 +79,6 @@ async def beats_seen(client: Client, worker: str, n: int) -> None:
 
 
 async def test_every_workflow_replays_the_way_it_ran(dev_env, pool) -> None:
-    from temporalio.common import WorkflowIDConflictPolicy
-
-    from reaper.core.models import Timings
-    from workflows.fleet import FleetMonitor
 
     client = dev_env.client
     tq = f"tq-{uuid.uuid4().hex[:8]}"
@@ -99,13 +95,7 @@ async def test_every_workflow_replays_the_way_it_ran(dev_env, pool) -> None:
         max_cached_workflows=1,
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     ):
-        await client.start_workflow(
-            FleetMonitor.run,
-            Timings.of(settings),
-            id=fleet_monitor_id(tq),
-            task_queue=tq,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        await start_monitor(client, settings, tq)
         with Agents(client, tq, interval=1.0) as agents:
             for w in workers:
                 agents.reports[w] = {"containers": [f"{w}-c1", f"{w}-c2"], "volumes": []}

@@ -7,13 +7,17 @@ import sysconfig
 from typing import Any
 
 import asyncpg
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities import ReaperActivities
 from reaper.core.config import Settings
+from reaper.core.models import Timings
 from worker import replay_check
 from workflows import ALL_WORKFLOWS
+from workflows.common import fleet_monitor_id
+from workflows.fleet import FleetMonitor
 
 
 def find_binary(name: str) -> str:
@@ -60,4 +64,15 @@ def controller(
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
         **worker_options,
+    )
+
+
+async def start_monitor(client: Client, settings: Settings, task_queue: str) -> WorkflowHandle:
+    """Start the fleet monitor of ``task_queue`` unless one runs (as ``worker.py`` does)."""
+    return await client.start_workflow(
+        FleetMonitor.run,
+        Timings.of(settings),
+        id=fleet_monitor_id(task_queue),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
