@@ -7,14 +7,43 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio import workflow
+from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
+from temporalio.client import Client, WorkflowHistory
 
 from reaper.core.policy import repair as policy
 
 ReplayCheck = Callable[[WorkflowHistory], Awaitable[BaseException | None]]
 """Replays a history on the controller's workflow code: ``None`` if it replays cleanly, else
 the failure (``temporalio.workflow.NondeterminismError`` for a nondeterminism)."""
+
+
+TAIL_EVENTS = 100
+"""Events read from the end of a history to count its failed workflow tasks in a row."""
+_OUTCOMES = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "completed",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "failed",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "timed-out",
+}
+
+
+async def recent_task_outcomes(client: Client, workflow_id: str, run_id: str) -> list[str]:
+    """The outcomes of the workflow tasks among the last :data:`TAIL_EVENTS` events of a
+    run's history, newest first (``"completed"``, ``"failed"``, ``"timed-out"``), for
+    ``policy.repair.failures_in_a_row``: one page read from the end, not the whole history.
+
+    Raises:
+        temporalio.service.RPCError: Temporal did not answer.
+    """
+    page = await client.workflow_service.get_workflow_execution_history_reverse(
+        GetWorkflowExecutionHistoryReverseRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+            maximum_page_size=TAIL_EVENTS,
+        )
+    )
+    return [_OUTCOMES[e.event_type] for e in page.history.events if e.event_type in _OUTCOMES]
 
 
 def completed_tasks(history: WorkflowHistory) -> list[int]:

@@ -42,7 +42,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities import metrics
 from activities.base import ActivityBase, write_events
-from activities.diagnosis import ReplayCheck, diagnose
+from activities.diagnosis import ReplayCheck, diagnose, recent_task_outcomes
 from activities.types import RepairResult
 from reaper.core.config import Settings
 from reaper.core.contract import liveness_id
@@ -191,9 +191,17 @@ class RepairActivities(ActivityBase):
             raise
         raw = desc.raw_description
         attempt = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 0
-        if not policy.is_stuck(desc.status == WorkflowExecutionStatus.RUNNING, attempt):
-            return None
+        running = desc.status == WorkflowExecutionStatus.RUNNING
         run_id = desc.run_id
+        failed = attempt - 1
+        if not policy.is_stuck(running, attempt):
+            # A worker that keeps beating schedules a new task at attempt 1 after each
+            # failure: count the failures at the end of the history instead.
+            if running:
+                outcomes = await recent_task_outcomes(client, wid, run_id)
+                failed = policy.failures_in_a_row(outcomes)
+            if not policy.is_stuck(running, attempt, failed):
+                return None
         history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
         fields = {"worker": worker, "workflow_id": wid, "action": "repair"}
         if self.replay is None:
@@ -230,7 +238,7 @@ class RepairActivities(ActivityBase):
             return False
         reason = (
             f"reset to event {found.point} (run {run_id}): workflow task failed"
-            f" {attempt - 1} times: {str(found.failure)[:300]}"
+            f" {failed} times: {str(found.failure)[:300]}"
         )
         return await self.reset_once(client, worker, run_id, found.point, reason)
 

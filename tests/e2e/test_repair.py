@@ -4,12 +4,15 @@ A dev server of its own, real Postgres, in-process controllers with short timing
 while a controller whose ``WorkerLiveness`` decides differently from reaper's runs
 (tests/support/diverging.py): ``early-*`` diverges in its run's first workflow task, before
 the collector is started; ``late-*`` after three beats. That controller stops and so do
-the agents (dead workers); the real controller takes over and every workflow task of both
-livenesses fails with a nondeterminism error: stuck, as the chaos campaign's liveness was.
-Without the repair neither worker is ever judged lost. With it, the fleet monitor resets
-each liveness once to the latest point its code can replay; the new run judges the worker
-lost and reaps its task; the early one's new run finds the collector running
-(``WorkflowAlreadyStartedError`` path of workflows/intake.py).
+two of the agents (dead workers); the real controller takes over and every workflow task
+of the three livenesses fails with a nondeterminism error: stuck, as the chaos campaign's
+livenesses were. The third worker keeps beating, so its failed tasks never pass attempt 2
+(each beat schedules a new one), as in chaos seed 7 on 2026-12-02. Without the repair
+neither dead worker is ever judged lost. With it, the fleet monitor resets each liveness
+once to the latest point its code can replay; the new runs judge the dead workers lost and
+reap their tasks, and the beating worker's row is fresh again and its task never reaped;
+the early one's new run finds the collector running (``WorkflowAlreadyStartedError`` path
+of workflows/intake.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from activities.temporal import connect
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings, start_monitor
 from tests.support.diverging import EXTRA_TIMER_S, DivergingLiveness
+from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 from tests.support.processes import DevServer
 from tests.support.scheduler import setup_service
@@ -96,8 +100,10 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     suffix = uuid.uuid4().hex[:6]
     early, late, ok = f"early-{suffix}", f"late-{suffix}", f"ok-{suffix}"
+    beating = f"late-b-{suffix}"
     workers = (early, late)
-    await setup_service(pool, f"web-{suffix}", {early: [f"t-{early}"], late: [f"t-{late}"]})
+    all_stuck = (*workers, beating)
+    await setup_service(pool, f"web-{suffix}", {w: [f"t-{w}"] for w in all_stuck})
     settings = make_settings(**TIMINGS)
     before = repaired_total()
     started = time.monotonic()
@@ -107,7 +113,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
     #    continues as new here, so the diverged runs are the ones reaper's code meets.
     diverging = [DivergingLiveness if w is WorkerLiveness else w for w in ALL_WORKFLOWS]
     with Agents(client, tq, interval=1.0) as agents:
-        for w in workers:
+        for w in all_stuck:
             agents.reports[w] = {"containers": [], "volumes": [], "tasks": [f"t-{w}"]}
         agents.reports[ok] = {"containers": [], "volumes": [], "tasks": []}
         async with Worker(
@@ -117,7 +123,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
             activities=ReaperActivities(pool, settings).all(),
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         ):
-            for w in workers:
+            for w in all_stuck:
                 await eventually(
                     lambda w=w: pool.fetchval("SELECT state FROM reaper.tasks WHERE worker=$1", w),
                     lambda s: s == "running",
@@ -152,10 +158,10 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
                     "SELECT worker, reason, actor FROM reaper.events"
                     " WHERE action = 'repaired' ORDER BY id"
                 ),
-                lambda rs: {r["worker"] for r in rs} >= set(workers),
+                lambda rs: {r["worker"] for r in rs} >= set(all_stuck),
                 timeout=120,
                 poll=0.5,
-                what="both livenesses repaired",
+                what="the three livenesses repaired",
             )
             repaired_at = time.monotonic()
             await eventually(
@@ -189,7 +195,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
 
             # One repair per worker, naming the event and the error, by the controller; the
             # run it reset had diverged and failed its workflow tasks, and was terminated.
-            assert sorted(r["worker"] for r in rows) == sorted(workers), rows
+            assert sorted(r["worker"] for r in rows) == sorted(all_stuck), rows
             points, stuck_runs = {}, {}
             for r in rows:
                 assert r["actor"] == "reaper"
@@ -200,7 +206,30 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
                 stuck = await events_of(client, liveness_id(w), stuck_runs[w])
                 assert diverged(stuck)
                 assert any(e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_FAILED for e in stuck)
-            assert repaired_total() - before == len(workers)
+            assert repaired_total() - before == len(all_stuck)
+
+            # The beating worker is running again: its row within STALL_AFTER of its
+            # liveness, never judged lost, its task never reaped (rule 5).
+            async def freshness() -> tuple[str, float]:
+                st = await query_state(client, beating)
+                row = await pool.fetchrow(
+                    "SELECT state, last_heartbeat_at FROM reaper.workers WHERE name = $1",
+                    beating,
+                )
+                lag = (st.last_heartbeat_at - row["last_heartbeat_at"]).total_seconds()
+                return row["state"], lag
+
+            await eventually(
+                freshness,
+                lambda f: f[0] == "running" and f[1] <= TIMINGS["stall_after"],
+                timeout=30,
+                poll=0.2,
+                what=f"{beating}'s row fresh again",
+            )
+            assert (
+                await pool.fetchval("SELECT state FROM reaper.tasks WHERE id = $1", f"t-{beating}")
+                == "running"
+            )
 
             # The early liveness was reset to before it started its collector; its new run
             # found the collector running and went on.
@@ -220,7 +249,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
 
             # Each new run replays on reaper's code and never failed a workflow task.
             replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-            for w in workers:
+            for w in all_stuck:
                 handle = client.get_workflow_handle(liveness_id(w))
                 desc = await handle.describe()
                 assert desc.run_id != stuck_runs[w]
@@ -264,7 +293,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
 
     ids = [fleet_monitor_id(tq)]
     ids += [wid for w in workers for wid in (liveness_id(w), collector_id(w), reap_id(w, 1))]
-    ids += [liveness_id(ok), collector_id(ok)]
+    ids += [liveness_id(ok), collector_id(ok), liveness_id(beating), collector_id(beating)]
     for wid in ids:
         try:
             await client.get_workflow_handle(wid).terminate("test over")

@@ -12,6 +12,7 @@ from reaper.core.policy.repair import (
     STUCK_ATTEMPTS,
     SUSPECT_SLACK_S,
     TIMER_SLACK_S,
+    failures_in_a_row,
     is_stuck,
     is_suspect,
     latest_replayable,
@@ -57,20 +58,39 @@ def test_which_livenesses_are_suspect(state, silent, expected):
     assert is_suspect(state, last, T0, HB, STALL, LOST) is expected
 
 
-# run still open?, pending workflow task attempt -> stuck?
+# run still open?, pending workflow task attempt, failed tasks in a row -> stuck?
 STUCK = [
-    (True, 0, False),  # no task pending: a liveness waiting on its timer (an outage grace)
-    (True, 1, False),  # a task in hand: slow, not failing
-    (True, STUCK_ATTEMPTS - 1, False),  # one failure: a crash, a deadlock-detector trip
-    (True, STUCK_ATTEMPTS, True),
-    (True, 40, True),
-    (False, 40, False),  # the run closed meanwhile (retired, reset by an operator)
+    (True, 0, 0, False),  # no task pending: a liveness waiting on its timer (an outage grace)
+    (True, 1, 0, False),  # a task in hand: slow, not failing
+    (True, STUCK_ATTEMPTS - 1, 0, False),  # one failure: a crash, a deadlock-detector trip
+    (True, STUCK_ATTEMPTS, 0, True),
+    (True, 40, 0, True),
+    (False, 40, 0, False),  # the run closed meanwhile (retired, reset by an operator)
+    (True, 1, 1, False),  # the last task failed once, a beat scheduled the next: not yet
+    (True, 1, STUCK_ATTEMPTS - 1, True),  # a beating worker: each failure then attempt 1
+    (True, 0, 60, True),
+    (False, 1, 60, False),
 ]
 
 
-@pytest.mark.parametrize("running, attempt, expected", STUCK)
-def test_when_a_suspect_liveness_is_stuck(running, attempt, expected):
-    assert is_stuck(running, attempt) is expected
+@pytest.mark.parametrize("running, attempt, failed, expected", STUCK)
+def test_when_a_suspect_liveness_is_stuck(running, attempt, failed, expected):
+    assert is_stuck(running, attempt, failed) is expected
+
+
+@pytest.mark.parametrize(
+    "outcomes, expected",
+    [
+        ([], 0),
+        (["completed", "failed", "failed"], 0),
+        (["failed", "completed", "failed"], 1),
+        (["failed", "failed", "failed", "completed"], 3),
+        (["failed", "timed-out", "failed"], 2),  # a timeout neither counts nor breaks the run
+        (["timed-out", "timed-out", "completed"], 0),
+    ],
+)
+def test_failed_workflow_tasks_in_a_row(outcomes, expected):
+    assert failures_in_a_row(outcomes) == expected
 
 
 @pytest.mark.parametrize(

@@ -95,13 +95,31 @@ def is_suspect(
     return last_heartbeat_at < cutoff
 
 
-def is_stuck(running: bool, attempt: int) -> bool:
-    """Whether a suspect liveness's run may be stuck: still running, with a pending
-    workflow task that has failed at least :data:`STUCK_ATTEMPTS` - 1 times (``attempt``
-    counts from 1, as ``DescribeWorkflowExecution``'s ``pending_workflow_task.attempt``; 0:
-    none pending). It is stuck, and repaired, only if its history also fails to replay with
-    a nondeterminism error on the current code (``activities/repair.py``)."""
-    return running and attempt >= STUCK_ATTEMPTS
+def is_stuck(running: bool, attempt: int, failures_in_a_row: int = 0) -> bool:
+    """Whether a suspect liveness's run may be stuck: still running, and its workflow tasks
+    failing: a pending task that has failed at least :data:`STUCK_ATTEMPTS` - 1 times
+    (``attempt`` counts from 1, as ``DescribeWorkflowExecution``'s
+    ``pending_workflow_task.attempt``; 0: none pending), or the last
+    :data:`STUCK_ATTEMPTS` - 1 tasks recorded in its history all failed
+    (``failures_in_a_row``). The second covers a worker that keeps beating: each beat that
+    arrives after a failure schedules a new task at attempt 1, so the attempt never grows
+    (chaos seed 7, 2026-12-02: 60 failed tasks, none past attempt 2). It is stuck, and
+    repaired, only if its history also fails to replay with a nondeterminism error on the
+    current code (``activities/repair.py``)."""
+    return running and max(attempt, failures_in_a_row + 1) >= STUCK_ATTEMPTS
+
+
+def failures_in_a_row(outcomes_newest_first: Sequence[str]) -> int:
+    """How many workflow tasks failed in a row at the end of a history, from its task
+    outcomes newest first (``"completed"``, ``"failed"``, ``"timed-out"``): a timed-out task
+    (a controller killed with it in hand) neither counts nor breaks the run."""
+    n = 0
+    for outcome in outcomes_newest_first:
+        if outcome == "completed":
+            break
+        if outcome == "failed":
+            n += 1
+    return n
 
 
 def rejected_event_id(message: str) -> int | None:
