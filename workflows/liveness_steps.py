@@ -65,7 +65,7 @@ class LivenessSteps:
 
     def need_record(self) -> bool:
         """A state change, a return or a new boot to write (and, in runs recorded before the
-        ``refresh-local`` patch, a lagging ``last_heartbeat_at``)."""
+        ``lean-start`` patch, a lagging ``last_heartbeat_at``)."""
         live = self.live
         if live.last_heartbeat_at is None or live.state is WorkerState.retired:
             return False
