@@ -71,7 +71,20 @@ def _check_boot_id(value: str) -> str:
     return value
 
 
+def _check_text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("text may not contain NUL (U+0000): Postgres text cannot hold it")
+    return value
+
+
+MAX_SEQ = 2**63 - 1
+"""Largest ``seq`` taken: CONTRACT.md §2 asks for an integer >= 0, and ``workers.last_seq``
+is a Postgres ``bigint``; a larger one is malformed input (rejected, nothing changes), not
+a value that would fail every write of the worker's row (breaker finding, 2026-12-02)."""
+
 WorkerName = Annotated[str, AfterValidator(_check_worker)]
+Text = Annotated[str, AfterValidator(_check_text)]
+"""Free text that is stored in Postgres (a reason, an actor): anything but NUL."""
 Handle = Annotated[str, AfterValidator(_check_handle)]
 BootId = Annotated[str, AfterValidator(_check_boot_id)]
 
@@ -140,7 +153,7 @@ class Heartbeat(BaseModel):
 
     worker: WorkerName
     boot_id: BootId
-    seq: StrictInt = Field(ge=0)
+    seq: StrictInt = Field(ge=0, le=MAX_SEQ)
     sent_at: datetime | None = None
     containers: list[Handle] | None = None
     volumes: list[Handle] | None = None
@@ -167,9 +180,9 @@ class ReasonInput(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    reason: str = Field(default="", max_length=1000)
-    actor: str = Field(default="operator", max_length=200)
-    boot_id: str | None = Field(default=None, max_length=253)
+    reason: Text = Field(default="", max_length=1000)
+    actor: Text = Field(default="operator", max_length=200)
+    boot_id: Text | None = Field(default=None, max_length=253)
     """``retire`` only, optional (beyond the contract): the boot it retires; a retire that
     arrives after another boot beat is ignored (``policy.fleet.retire_is_stale``)."""
 

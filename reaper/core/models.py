@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reaper.core.config import Settings
 from reaper.core.contract import Kind, ReasonInput, WorkerState
 from reaper.core.policy.auth import AuthMode
-from reaper.core.policy.collection import coalesce, recheck_at
+from reaper.core.policy.collection import carries_also_seen, coalesce, recheck_at
 
 
 class LivenessInput(BaseModel):
@@ -99,13 +99,15 @@ def supersede(older: Report, newer: Report) -> Report:
 
     Only the latest complete report needs diffing, but handles that ``older`` held were
     seen after any mark they had: their clocks restart (``also_seen``; every mark when the
-    handles are not at hand because either report is staged).
+    handles are not at hand because either report is staged, or when they are more than
+    ``policy.collection.ALSO_SEEN_MAX_BYTES``).
     """
     if older.staged_id is not None or newer.staged_id is not None or older.restart_all:
         return newer.model_copy(update={"restart_all": True})
-    return newer.model_copy(
-        update={"also_seen": coalesce(older.handles, older.also_seen, newer.handles)}
-    )
+    also_seen = coalesce(older.handles, older.also_seen, newer.handles)
+    if not carries_also_seen(also_seen):  # too many to carry in a command: restart all
+        return newer.model_copy(update={"restart_all": True})
+    return newer.model_copy(update={"also_seen": also_seen})
 
 
 class GcStatusInput(BaseModel):

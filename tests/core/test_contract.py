@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reaper.core.contract import Heartbeat
+from reaper.core.contract import MAX_SEQ, Heartbeat, ReasonInput
 from reaper.core.protocol import report_digest
 
 
@@ -31,6 +31,8 @@ GOOD = {"worker": "w1", "boot_id": "b", "seq": 0}
         {"seq": "7"},
         {"seq": 1.5},
         {"seq": True},
+        {"seq": MAX_SEQ + 1},  # beyond Postgres bigint: every write of the row would fail
+        {"seq": 2**64},
         {"boot_id": ""},
         {"containers": ["ok", ""]},
         {"containers": ["a\nb"]},
@@ -57,3 +59,28 @@ def test_valid_heartbeat_shapes():
     assert hb.containers == [] and hb.volumes is None and hb.is_complete_report
     assert not Heartbeat.model_validate(GOOD).is_complete_report
     assert Heartbeat.model_validate({**GOOD, "worker": "x" * 253}).worker
+
+
+def test_the_largest_seq_is_postgres_bigint():
+    assert Heartbeat.model_validate({**GOOD, "seq": MAX_SEQ}).seq == 2**63 - 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"reason": "a\u0000b"},
+        {"reason": "ok", "actor": "\u0000"},
+        {"reason": "ok", "boot_id": "b\u0000"},
+        {"reason": "x" * 1001},
+    ],
+)
+def test_operator_signals_postgres_cannot_store_are_rejected(raw):
+    """A reason with NUL would fail every write of its events row, for ever (breaker
+    finding, 2026-12-02): malformed input, rejected."""
+    with pytest.raises(ValueError):
+        ReasonInput.model_validate(raw)
+
+
+def test_operator_signal_text_may_hold_other_characters():
+    req = ReasonInput.model_validate({"reason": "disk\tfailed\n(é, 漢字)", "actor": "ops"})
+    assert req.reason == "disk\tfailed\n(é, 漢字)"

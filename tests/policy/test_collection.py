@@ -10,6 +10,7 @@ import pytest
 from reaper.core.contract import WorkerState
 from reaper.core.policy.collection import (
     RowVerdict,
+    carries_also_seen,
     coalesce,
     destroy_refused,
     is_due,
@@ -183,6 +184,21 @@ def test_which_reports_are_reconciled(digest, fwd, taken, fwd_at, wanted, expect
         digest, fwd, at(taken), at(fwd_at) if fwd_at is not None else None, 30, wanted
     )
     assert (d.forward, d.reason) == expected
+
+
+@pytest.mark.parametrize(
+    "count, size, carried",
+    [
+        (0, 1, True),
+        (1_000, 40, True),  # ~43 KiB
+        (1_500, 40, True),  # ~64.5 KiB: just under
+        (1_600, 40, False),  # ~67 KiB: every mark restarts instead
+        (4, 500_000 // 4, False),  # a burst of huge reports
+    ],
+)
+def test_when_superseded_handles_are_carried_or_every_mark_restarts(count, size, carried):
+    also_seen = [f"{i:0{size}d}" for i in range(count)]
+    assert carries_also_seen(also_seen) is carried
 
 
 def test_coalesce_keeps_handles_seen_in_superseded_reports():

@@ -261,3 +261,18 @@ def coalesce(older_handles: list[str], older_also_seen: list[str], newer: list[s
     """
     keep = set(newer)
     return sorted({*older_handles, *older_also_seen} - keep)
+
+
+ALSO_SEEN_MAX_BYTES = 64 * 1024
+"""Most JSON bytes of ``also_seen`` a report carries (the size above which a report's own
+handles are staged in Postgres, ``workflows.staging.INLINE_KEEP_BYTES``). Beyond it every
+mark of the kind restarts instead: a burst of large reports superseding each other would
+otherwise pile their handles into one command past Temporal's 2 MB limit and fail the
+liveness's workflow task for ever (breaker finding, 2026-12-02)."""
+
+
+def carries_also_seen(also_seen: list[str]) -> bool:
+    """Whether ``also_seen`` (from :func:`coalesce`) is small enough to carry; if not, the
+    report restarts every mark of its kind (``Report.restart_all``): safe, since restarting
+    a mark only delays a destroy (rule 4)."""
+    return sum(len(h.encode()) + 3 for h in also_seen) + 2 <= ALSO_SEEN_MAX_BYTES

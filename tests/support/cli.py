@@ -1,0 +1,45 @@
+"""The real ``temporal`` CLI, as an operator's shell runs it against a test's dev server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.support.controller import find_binary
+
+
+async def temporal(address: str, *args: str, timeout: float = 30.0) -> str:
+    """Run ``temporal ARGS --address ADDRESS``; its output. Fails the test on a non-zero
+    exit."""
+    proc = await asyncio.create_subprocess_exec(
+        find_binary("temporal"),
+        *args,
+        "--address",
+        address,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=timeout)
+    assert proc.returncode == 0, out.decode()
+    return out.decode()
+
+
+async def signal(address: str, workflow_id: str, name: str, raw_json: str) -> None:
+    """``temporal workflow signal`` with raw JSON input."""
+    await temporal(
+        address,
+        "workflow",
+        "signal",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        name,
+        "--input",
+        raw_json,
+    )
+
+
+async def terminate(address: str, workflow_id: str, reason: str) -> None:
+    """``temporal workflow terminate``, as an operator would a stuck workflow."""
+    await temporal(
+        address, "workflow", "terminate", "--workflow-id", workflow_id, "--reason", reason
+    )
