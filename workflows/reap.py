@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
@@ -89,12 +89,13 @@ async def reap_step(live: LivenessState, seen: str | None) -> None:
             static_summary=f"reap {live.worker}: {req.reason}",
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
-    except WorkflowAlreadyStartedError:
-        # That reap is still running: started by this liveness before it was reset to an
-        # earlier point (activities/repair.py). Try again under the next id a heartbeat
-        # interval later; the reap is one transaction, so the second finds its work done.
+    except (WorkflowAlreadyStartedError, ChildWorkflowError) as exc:
+        # That reap is still running (started by this liveness before it was reset to an
+        # earlier point, activities/repair.py), or it ended without a result (terminated
+        # or cancelled by an operator, timed out). Try again under the next id a heartbeat
+        # interval later; the reap is one transaction, so a second finds done work done.
         live.reap_retry_at = workflow.now() + timedelta(seconds=t.heartbeat_interval)
-        workflow.logger.warning("reap of %s already running; retry later", live.worker)
+        workflow.logger.warning("reap of %s: %s; retry later", live.worker, exc)
         return
     if result.refused is None:
         live.reap_request, live.reap_forced = None, False
