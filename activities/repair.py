@@ -120,17 +120,16 @@ class RepairActivities(ActivityBase):
         a nondeterminism error is reset to ``policy.repair.latest_replayable`` (signals and
         updates after it reapplied), one ``events`` row ``repaired`` written in the same
         transaction, with the event id and the error as its reason. One whose history
-        replays (the failed attempts were timeouts) is not stuck. A stuck liveness with no
-        replayable point, or whose history fails to replay for another cause than a
-        nondeterminism, is left alone and logged (``reaper_livenesses_unrepairable_total``).
-        Repairs in a dry run too: a reset changes reaper's own workflow, none of the
-        scheduler's rows.
+        replays and whose last task timed out is not stuck. A stuck liveness with no
+        replayable point, whose history fails to replay for another cause, or whose tasks
+        fail although it replays, is left alone and logged
+        (``reaper_livenesses_unrepairable_total``). Repairs in a dry run too: a reset
+        changes reaper's own workflow, none of the scheduler's rows.
 
         Idempotent: the row's ``dedupe`` key comes from the stuck run's id, and only the
-        current open run is reset (:meth:`reset_once`), so a retried attempt neither resets
-        twice (it finds the run replaced by the reset, and the new run not stuck) nor writes
-        a second row. A crash after the reset and before the commit leaves the reset without
-        its row (the log line of the reset is then missing too).
+        current open run is reset (:meth:`reset_once`): a retry neither resets twice nor
+        writes a second row. A crash after the reset and before the commit leaves the reset
+        without its row and log line.
 
         A Temporal error on one liveness (a describe, a history read, a reset) is logged
         and that liveness is tried again at the next check; the others go on.
@@ -193,52 +192,46 @@ class RepairActivities(ActivityBase):
         attempt = raw.pending_workflow_task.attempt if raw.HasField("pending_workflow_task") else 0
         running = desc.status == WorkflowExecutionStatus.RUNNING
         run_id = desc.run_id
-        failed = attempt - 1
-        if not policy.is_stuck(running, attempt):
-            # A worker that keeps beating schedules a new task at attempt 1 after each
-            # failure: count the failures at the end of the history instead.
-            if running:
-                outcomes = await recent_task_outcomes(client, wid, run_id)
-                failed = policy.failures_in_a_row(outcomes)
-            if not policy.is_stuck(running, attempt, failed):
-                return None
+        if not running:
+            return None
+        # A worker that keeps beating schedules a new task at attempt 1 after each failure:
+        # the failures at the end of the history count too (one page read from the end).
+        failed = policy.failures_in_a_row(await recent_task_outcomes(client, wid, run_id))
+        if not policy.is_stuck(running, attempt, failed):
+            return None
         history = await client.get_workflow_handle(wid, run_id=run_id).fetch_history()
         fields = {"worker": worker, "workflow_id": wid, "action": "repair"}
         if self.replay is None:
             log.error("%s: liveness stuck; no replay check here, not reset", worker, extra=fields)
             return False
         found = await diagnose(history, self.replay)
-        if found.failure is None:
-            # Its whole history replays on this code: the failed attempts were most likely
-            # timeouts (a controller killed with the task in hand), which pass.
+        verdict = policy.repair_verdict(
+            found.failure is not None, found.nondeterministic, found.point, failed
+        )
+        if verdict is policy.Verdict.not_stuck:
             log.info(
-                "%s: workflow task attempt %s, but its history replays: not stuck",
+                "%s: workflow task attempt %s, but its history replays and no task failed:"
+                " not stuck",
                 worker,
                 attempt,
                 extra=fields,
             )
             return None
-        if not found.nondeterministic:
+        if verdict is policy.Verdict.unrepairable:
             log.error(
-                "%s: liveness stuck (workflow task attempt %s), its history fails to replay"
-                " with another error than a nondeterminism: not reset (%s)",
+                "%s: liveness stuck (workflow task attempt %s, %s failed in a row), no reset"
+                " helps: %s",
                 worker,
                 attempt,
-                found.failure,
+                failed,
+                found.failure or "its tasks fail although its history replays",
                 extra=fields,
             )
             return False
-        if found.point is None:
-            log.error(
-                "%s: liveness stuck and no prefix of its history replays: not reset (%s)",
-                worker,
-                found.failure,
-                extra=fields,
-            )
-            return False
+        assert found.point is not None
         reason = (
             f"reset to event {found.point} (run {run_id}): workflow task failed"
-            f" {failed} times: {str(found.failure)[:300]}"
+            f" {max(failed, attempt - 1)} times: {str(found.failure)[:300]}"
         )
         return await self.reset_once(client, worker, run_id, found.point, reason)
 

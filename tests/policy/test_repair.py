@@ -12,11 +12,13 @@ from reaper.core.policy.repair import (
     STUCK_ATTEMPTS,
     SUSPECT_SLACK_S,
     TIMER_SLACK_S,
+    Verdict,
     failures_in_a_row,
     is_stuck,
     is_suspect,
     latest_replayable,
     rejected_event_id,
+    repair_verdict,
     suspect_after,
 )
 
@@ -139,3 +141,20 @@ async def test_the_reset_point_is_the_latest_that_replays(
 
     assert await latest_replayable(completed, replays, rejected) == expected
     assert len(asked) == probes, asked
+
+
+@pytest.mark.parametrize(
+    "replay_failed, nondeterministic, point, failed, expected",
+    [
+        (False, False, None, 0, Verdict.not_stuck),  # timeouts (a controller killed twice)
+        (False, False, None, 2, Verdict.unrepairable),  # fails, replays: payload limit, say
+        (True, True, 33, 0, Verdict.reset),  # the chaos history: reset to event 33
+        (True, True, 33, 5, Verdict.reset),
+        (True, True, None, 5, Verdict.unrepairable),  # no prefix replays
+        (True, False, None, 5, Verdict.unrepairable),  # another replay error
+    ],
+)
+def test_what_the_repair_does_with_a_stuck_liveness(
+    replay_failed, nondeterministic, point, failed, expected
+):
+    assert repair_verdict(replay_failed, nondeterministic, point, failed) is expected

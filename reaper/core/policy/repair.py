@@ -17,6 +17,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from enum import Enum
 
 from reaper.core.contract import WorkerState
 
@@ -120,6 +121,42 @@ def failures_in_a_row(outcomes_newest_first: Sequence[str]) -> int:
         if outcome == "failed":
             n += 1
     return n
+
+
+class Verdict(str, Enum):
+    """What the repair does with a liveness :func:`is_stuck` picked, once its history has
+    been replayed on the controller's code."""
+
+    not_stuck = "not-stuck"
+    """It replays and none of its recent tasks failed (they timed out): left alone."""
+    reset = "reset"
+    """A nondeterminism with a replayable point: reset there."""
+    unrepairable = "unrepairable"
+    """Stuck, and no reset would help: logged, counted, alerted on."""
+
+
+def repair_verdict(
+    replay_failed: bool, nondeterministic: bool, point: int | None, failed_in_a_row: int
+) -> Verdict:
+    """Whether to reset a liveness that :func:`is_stuck` picked.
+
+    Args:
+        replay_failed: its whole history failed to replay on the controller's code.
+        nondeterministic: that failure is a nondeterminism error.
+        point: :func:`latest_replayable`'s answer (``None``: no prefix replays).
+        failed_in_a_row: :func:`failures_in_a_row` of its history.
+
+    A history that replays means the tasks fail for a cause a reset does not remove (a
+    command over Temporal's payload limit, say: breaker finding, 2026-12-02) when its last
+    tasks failed, and a controller killed with the task in hand (timeouts, which pass) when
+    none did. A failure to replay other than a nondeterminism, or with no replayable point,
+    has no reset that helps either.
+    """
+    if not replay_failed:
+        return Verdict.unrepairable if failed_in_a_row else Verdict.not_stuck
+    if nondeterministic and point is not None:
+        return Verdict.reset
+    return Verdict.unrepairable
 
 
 def rejected_event_id(message: str) -> int | None:
