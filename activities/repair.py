@@ -52,12 +52,13 @@ log = logging.getLogger("reaper.repair")
 
 SUSPECTS = (
     "SELECT name FROM reaper.workers"
-    " WHERE state = ANY($1::text[]) AND last_heartbeat_at < $2"
+    " WHERE (state = ANY($1::text[]) AND last_heartbeat_at < $2)"
+    " OR (state = 'lost' AND state_since < $4)"
     " ORDER BY random() LIMIT $3"
 )
-"""Up to $3 suspect workers (``policy.repair.is_suspect``: state in $1, last heartbeat before
-the cutoff $2), in random order, so that suspects which are not stuck (an outage grace, a
-liveness terminated by hand) never starve a stuck one."""
+"""Up to $3 suspect workers (``policy.repair.is_suspect``: state in $1 and last heartbeat
+before $2, or lost since before $4), in random order, so that suspects which are not stuck
+(an outage grace, a liveness terminated by hand) never starve a stuck one."""
 BATCH = 10
 """Suspects looked at per check: one ``describe`` each."""
 BUDGET_S = 30.0
@@ -146,10 +147,11 @@ class RepairActivities(ActivityBase):
         """
         s = self.settings
         cutoff = policy.suspect_cutoff(at, s.heartbeat_interval, s.stall_after, s.lost_after)
+        retire_by = policy.retire_cutoff(at, s.heartbeat_interval, s.retire_after)
         names = [
             r["name"]
             for r in await self.pool.fetch(
-                SUSPECTS, sorted(policy.REPAIRABLE_STATES), cutoff, BATCH
+                SUSPECTS, sorted(policy.REPAIRABLE_STATES), cutoff, BATCH, retire_by
             )
         ]
         result = RepairResult(suspects=len(names))

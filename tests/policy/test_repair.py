@@ -19,6 +19,7 @@ from reaper.core.policy.repair import (
     latest_replayable,
     rejected_event_id,
     repair_verdict,
+    retire_cutoff,
     suspect_after,
 )
 
@@ -47,7 +48,7 @@ SUSPECTS = [
     ("stalled", BOUND + 1, True),  # should have been written lost long ago
     ("running", BOUND + 1, True),  # never even shown stalled
     ("running", 86_400, True),
-    ("lost", 86_400, False),  # judged: nothing to repair
+    ("lost", 86_400, False),  # judged; lost for less than RETIRE_AFTER (below)
     ("retired", 86_400, False),  # out of the fleet; its liveness completed
     (None, 86_400, False),  # no row
     ("running", None, False),  # never beat (a drain before any beat)
@@ -158,3 +159,21 @@ def test_what_the_repair_does_with_a_stuck_liveness(
     replay_failed, nondeterministic, point, failed, expected
 ):
     assert repair_verdict(replay_failed, nondeterministic, point, failed) is expected
+
+
+# seconds lost (workers.state_since), with RETIRE_AFTER 3,600 s -> suspect?
+RETIRE = 3_600.0
+LOST_ROWS = [
+    (60, False),  # lost a minute ago
+    (RETIRE, False),  # retirement falls due now
+    (RETIRE + 2 * HB + 9, False),  # within 2 heartbeat intervals (§5.3) and the slack
+    (RETIRE + 2 * HB + 11, True),  # should have been retired by now (§5.1)
+    (10 * RETIRE, True),
+]
+
+
+@pytest.mark.parametrize("lost_for, expected", LOST_ROWS)
+def test_a_lost_worker_is_suspect_once_its_retirement_is_overdue(lost_for, expected):
+    since = at(-lost_for)
+    assert is_suspect("lost", at(-lost_for), T0, HB, STALL, LOST, since, RETIRE) is expected
+    assert retire_cutoff(T0, HB, RETIRE) == at(-(RETIRE + 2 * HB + 10))

@@ -14,8 +14,11 @@ reaper's, decision for decision.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 with workflow.unsafe.imports_passed_through():
     from reaper.core.models import LivenessInput
@@ -51,3 +54,22 @@ class DivergingLiveness(WorkerLiveness):
             await super().run(inp)
         finally:
             diverge.cancel()
+
+
+async def events_of(client: Client, workflow_id: str, run_id: str | None = None) -> list[Any]:
+    """The history events of a workflow's run (the latest if ``run_id`` is None); none if it
+    has not started."""
+    try:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        return list((await handle.fetch_history()).events)
+    except Exception:  # not started yet
+        return []
+
+
+def diverged(events: list[Any]) -> bool:
+    """The diverging liveness started its own timer in this run."""
+    return any(
+        e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+        and e.timer_started_event_attributes.start_to_fire_timeout.seconds == EXTRA_TIMER_S
+        for e in events
+    )

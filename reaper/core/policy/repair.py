@@ -43,8 +43,9 @@ at once, 3 about 20 s later, 4 10 s after that), so a stuck liveness reaches thi
 half a minute."""
 
 REPAIRABLE_STATES = frozenset({WorkerState.running.value, WorkerState.stalled.value})
-"""Only a liveness whose worker Postgres shows ``running`` or ``stalled`` can be stuck short
-of a verdict; ``lost`` was judged (and a ``retired`` worker's liveness has completed)."""
+"""A liveness whose worker Postgres shows ``running`` or ``stalled`` can be stuck short of a
+verdict (a ``lost`` one short of its retirement, :func:`retire_cutoff`; a ``retired``
+worker's liveness has completed)."""
 
 _REJECTED = re.compile(r"HistoryEvent\(id: (\d+)")
 
@@ -74,6 +75,15 @@ def suspect_cutoff(
     return now - timedelta(seconds=suspect_after(heartbeat_interval, stall_after, lost_after))
 
 
+def retire_cutoff(now: datetime, heartbeat_interval: float, retire_after: float) -> datetime:
+    """The ``state_since`` (UTC) before which a ``lost`` worker is suspect at ``now`` (UTC):
+    a working liveness retires a lost worker whose reap is done ``RETIRE_AFTER`` after it was
+    lost (§5.1) and shows it within ``2 x HEARTBEAT_INTERVAL`` (§5.3), plus
+    :data:`SUSPECT_SLACK_S`. One still ``lost`` later may have a stuck liveness (breaker
+    finding, 2026-12-02), or be held by a full disruption (then it is merely looked at)."""
+    return now - timedelta(seconds=retire_after + 2 * heartbeat_interval + SUSPECT_SLACK_S)
+
+
 def is_suspect(
     state: str | None,
     last_heartbeat_at: datetime | None,
@@ -81,15 +91,25 @@ def is_suspect(
     heartbeat_interval: float,
     stall_after: float,
     lost_after: float,
+    state_since: datetime | None = None,
+    retire_after: float | None = None,
 ) -> bool:
-    """Whether a ``workers`` row shows a liveness that should have judged its worker lost
-    by ``now`` (UTC) and has not: state ``running`` or ``stalled``, and a last heartbeat
-    older than :func:`suspect_after`. ``activities/repair.py`` selects the same rows in SQL.
+    """Whether a ``workers`` row shows a liveness that should have acted by ``now`` (UTC)
+    and has not: state ``running`` or ``stalled`` with a last heartbeat older than
+    :func:`suspect_after` (it should have judged the worker lost), or ``lost`` since before
+    :func:`retire_cutoff` (it should have retired it). ``activities/repair.py`` selects the
+    same rows in SQL.
 
     Args:
         state: ``workers.state`` (``None``: no row).
         last_heartbeat_at: ``workers.last_heartbeat_at`` (UTC), ``None`` if never set.
+        state_since: ``workers.state_since`` (UTC).
+        retire_after: ``REAPER_RETIRE_AFTER``, seconds (``None``: lost rows never suspect).
     """
+    if state == WorkerState.lost.value:
+        if state_since is None or retire_after is None:
+            return False
+        return state_since < retire_cutoff(now, heartbeat_interval, retire_after)
     if state not in REPAIRABLE_STATES or last_heartbeat_at is None:
         return False
     cutoff = suspect_cutoff(now, heartbeat_interval, stall_after, lost_after)
