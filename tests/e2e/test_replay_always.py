@@ -15,13 +15,12 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings, start_monitor
-from tests.support.heartbeats import query_state
+from tests.support.heartbeats import failed_tasks, query_state
 from tests.support.polling import eventually
 from tests.support.scheduler import insert
 from workflows.common import collector_id, fleet_monitor_id, liveness_id
@@ -29,28 +28,6 @@ from workflows.common import collector_id, fleet_monitor_id, liveness_id
 TIMINGS = dict(
     heartbeat_interval=0.2, stall_after=30, lost_after=60, missing_ttl=2, resync_interval=0.4
 )
-
-
-BENIGN = {
-    # The server refused a completion because a signal came in meanwhile; it hands the task
-    # out again with the signal. Temporal's ordinary flow, not a fault of the workflow.
-    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
-    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
-}
-
-
-async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
-    """The failure messages of the workflow's failed workflow tasks (nondeterminism, an
-    exception in workflow code), over all its runs."""
-    failures = []
-    async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        history = await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history()
-        for e in history.events:
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                failed = e.workflow_task_failed_event_attributes
-                if failed.cause not in BENIGN:
-                    failures.append(failed.failure.message)
-    return failures
 
 
 async def last_seq(client: Client, worker: str) -> int:

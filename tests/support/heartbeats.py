@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
@@ -103,3 +104,25 @@ async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0)
         what=f"reports of {worker} reconciled",
     )
     return st
+
+
+BENIGN = {
+    # The server refused a completion because a signal came in meanwhile; it hands the task
+    # out again with the signal. Temporal's ordinary flow, not a fault of the workflow.
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+}
+
+
+async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
+    """The failure messages of the workflow's failed workflow tasks (nondeterminism, an
+    exception in workflow code), over all its runs."""
+    failures = []
+    async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        history = await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history()
+        for e in history.events:
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                failed = e.workflow_task_failed_event_attributes
+                if failed.cause not in BENIGN:
+                    failures.append(failed.failure.message)
+    return failures
