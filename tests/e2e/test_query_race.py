@@ -130,19 +130,21 @@ class Agent:
         )
 
 
-async def quiet_with_time_to_spare(client: Client, workflow_id: str, spare: float) -> None:
-    """Wait until no workflow task is pending and the running timer, if any, fires at least
-    ``spare`` seconds from now (a timer due sooner is let fire first, W1 handling it)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        events = await events_of(client, workflow_id)
-        due = pending_timer_due(events)
-        if not await task_pending(client, workflow_id) and (
-            due is None or due - time.time() >= spare
-        ):
+async def beat_until_time_to_spare(agent: Agent, workflow_id: str, spare: float) -> None:
+    """Beat about every second until, right after a beat, no workflow task is pending and
+    the running timer fires at least ``spare`` seconds later (it was armed by that beat)."""
+    client = agent.client
+    for _ in range(40):
+        await agent.beat()
+        await agent.handled()
+        await eventually(
+            lambda: task_pending(client, workflow_id), lambda p: not p, what="no task pending"
+        )
+        due = pending_timer_due(await events_of(client, workflow_id))
+        if due is not None and due - time.time() >= spare:
             return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the liveness never went quiet with a timer far enough away")
+        await asyncio.sleep(0.7)
+    raise AssertionError("no beat left the timer far enough away")
 
 
 @pytest.mark.parametrize("race", ["timer", "beat", "timer+beat"])
@@ -159,13 +161,10 @@ async def test_a_query_racing_a_timer_or_a_beat_leaves_the_liveness_working(
     agent = Agent(client, tq, worker)
     try:
         w1.start()
-        for _ in range(4):
-            await agent.beat()
-            await agent.handled(timeout=60)  # the first one waits for W1 to start
-            await asyncio.sleep(1.0)
         await agent.beat()
-        await agent.handled()
-        await quiet_with_time_to_spare(client, wid, spare=1.5)
+        await agent.handled(timeout=60)  # waits for W1 to start
+        # With a beat only, the timer must not fire before W2 takes the query.
+        await beat_until_time_to_spare(agent, wid, spare=2.4 if race == "beat" else 1.5)
         w1.kill()
         before = await events_of(client, wid)
         assert not await task_pending(client, wid), "a workflow task is pending: no race"
@@ -179,7 +178,7 @@ async def test_a_query_racing_a_timer_or_a_beat_leaves_the_liveness_working(
                 WorkerLiveness.state, result_type=StateView, rpc_timeout=timedelta(seconds=30)
             )
         )
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.1)
         if "timer" in race:
             await eventually(
                 lambda: events_of(client, wid),
@@ -192,7 +191,7 @@ async def test_a_query_racing_a_timer_or_a_beat_leaves_the_liveness_working(
             await asyncio.sleep(max(0.0, last_beat + TIMINGS["stall_after"] + 0.5 - time.time()))
         if "beat" in race:
             await agent.beat()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.1)
         between = [e for e in await events_of(client, wid) if e.event_id > before[-1].event_id]
         print(
             f"\n[{race}] events while no worker ran: "
