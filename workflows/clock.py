@@ -21,6 +21,18 @@ regroups back-to-back workflow tasks), and a decision taken on the boundary itse
 then differ too: a non-determinism error."""
 
 
+class StaleClock(Exception):
+    """This activation runs on a clock that did not move (``policy.liveness.clock_is_stale``).
+
+    Deliberately not a Temporal ``FailureError``: the SDK then fails the activation instead of
+    the workflow. Seen on a legacy query task (sdk-core history_update.rs, workflow_machines.rs
+    ``set_current_time``: the clock moves only on WorkflowTaskStarted), core answers the query
+    with this failure and evicts the run, so nothing decided on the stale clock is kept; the
+    real workflow task then replays the full history on the recorded clock. Never raised on
+    replay of a recorded history.
+    """
+
+
 class DeadlineTimer:
     """At most one running timer for a liveness, re-armed only when a deadline moves earlier.
 
@@ -33,6 +45,37 @@ class DeadlineTimer:
     def __init__(self) -> None:
         self._timer: asyncio.Future[None] | None = None
         self._deadline = datetime.min.replace(tzinfo=UTC)
+        self.waited_at: int | None = None
+        """History length at which the loop last waited here (noted by the wait's condition,
+        which the SDK evaluates after an activation's signal handlers and timer fires)."""
+
+    def _waiting(self) -> bool:
+        self.waited_at = workflow.info().get_current_history_length()
+        return False
+
+    def check_news(self, what: str) -> None:
+        """Raise :class:`StaleClock` if ``what`` (a signal) arrives in an activation whose
+        history did not advance since the loop last waited: a stale legacy-query activation."""
+        length = workflow.info().get_current_history_length()
+        if policy.clock_is_stale(length, self.waited_at):
+            raise StaleClock(f"{what} at history length {length}, where the loop waited already")
+
+    async def _sleep(self, delay: float, label: str, deadline: datetime) -> None:
+        await workflow.sleep(delay, summary=label)
+        # Runs as the fire is applied, before this activation's wait condition notes its length.
+        now, length = workflow.now(), workflow.info().get_current_history_length()
+        if policy.clock_is_stale(length, self.waited_at, now, deadline):
+            raise StaleClock(
+                f"timer for {deadline.isoformat()} fired at now={now.isoformat()}, "
+                f"history length {length} (loop waited at {self.waited_at})"
+            )
+
+    def _collect(self) -> None:
+        """Re-raise the :class:`StaleClock` of a timer that fired, in the loop (a task's own
+        exception would not fail the activation)."""
+        timer = self._timer
+        if timer is not None and timer.done() and not timer.cancelled():
+            timer.result()
 
     def cancel(self) -> None:
         """Cancel the running timer, if any (the liveness is ending)."""
@@ -48,10 +91,11 @@ class DeadlineTimer:
         Returns:
             The deadline that passed, or ``None`` if work arrived first.
         """
+        self._collect()
         if has_work():
             return None
         if deadline is None:
-            await workflow.wait_condition(has_work)
+            await workflow.wait_condition(lambda: self._waiting() or has_work())
             return None
         delay = (deadline + timedelta(seconds=DEADLINE_SLACK_S) - workflow.now()).total_seconds()
         if delay <= 0:
@@ -61,10 +105,11 @@ class DeadlineTimer:
             if timer is not None and not timer.done():
                 timer.cancel()
             self._deadline = deadline
-            self._timer = timer = asyncio.ensure_future(workflow.sleep(delay, summary=label))
-        await workflow.wait_condition(lambda: has_work() or timer.done())
+            self._timer = timer = asyncio.ensure_future(self._sleep(delay, label, deadline))
+        await workflow.wait_condition(lambda: self._waiting() or has_work() or timer.done())
         if not timer.done():
             return None
+        self._collect()
         self._timer = None
         return self._deadline
 

@@ -11,6 +11,7 @@ from reaper.core.contract import WorkerState
 from reaper.core.policy.liveness import (
     MAX_REMEMBERED_BOOT_IDS,
     Fence,
+    clock_is_stale,
     fence,
     is_return,
     judge_liveness,
@@ -135,3 +136,23 @@ def test_outage_grace_only_when_judged_late(late, expected):
 def test_when_the_workers_row_heartbeat_is_refreshed(last_beat, recorded, expected):
     """CONTRACT.md §5.3: ``last_heartbeat_at`` in the row lags by at most STALL_AFTER (30)."""
     assert row_refresh_due(last_beat, recorded, 30) is expected
+
+
+@pytest.mark.parametrize(
+    "length, waited_at, now, deadline, stale",
+    [
+        (40, None, None, None, False),  # the loop has not waited yet (a new run)
+        (40, 35, None, None, False),  # a beat in a later workflow task
+        (40, 40, None, None, True),  # a beat at the length the loop already waited at
+        (40, 35, at(30.3), at(30), False),  # timer due 0.25 s after its deadline: on time
+        (40, 35, at(30), at(30), False),  # on the deadline (a replay a few ms early)
+        (40, 35, at(29.9), at(30), True),  # fired on a clock before its deadline: stale
+        (40, 35, at(12), at(30), True),  # the previous task's clock (qrace: 15 s behind)
+        (40, 40, at(31), at(30), True),  # history did not advance, whatever the clock
+    ],
+)
+def test_a_stale_clock_is_told_by_history_length_or_an_early_fire(
+    length, waited_at, now, deadline, stale
+):
+    """sdk-core applies a legacy query's trailing events on the previous task's clock."""
+    assert clock_is_stale(length, waited_at, now, deadline) is stale
