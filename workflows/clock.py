@@ -45,30 +45,12 @@ class DeadlineTimer:
     def __init__(self) -> None:
         self._timer: asyncio.Future[None] | None = None
         self._deadline = datetime.min.replace(tzinfo=UTC)
-        self.waited_at: int | None = None
-        """History length at which the loop last waited here (noted by the wait's condition,
-        which the SDK evaluates after an activation's signal handlers and timer fires)."""
-
-    def _waiting(self) -> bool:
-        self.waited_at = workflow.info().get_current_history_length()
-        return False
-
-    def check_news(self, what: str) -> None:
-        """Raise :class:`StaleClock` if ``what`` (a signal) arrives in an activation whose
-        history did not advance since the loop last waited: a stale legacy-query activation."""
-        length = workflow.info().get_current_history_length()
-        if policy.clock_is_stale(length, self.waited_at):
-            raise StaleClock(f"{what} at history length {length}, where the loop waited already")
 
     async def _sleep(self, delay: float, label: str, deadline: datetime) -> None:
         await workflow.sleep(delay, summary=label)
-        # Runs as the fire is applied, before this activation's wait condition notes its length.
-        now, length = workflow.now(), workflow.info().get_current_history_length()
-        if policy.clock_is_stale(length, self.waited_at, now, deadline):
-            raise StaleClock(
-                f"timer for {deadline.isoformat()} fired at now={now.isoformat()}, "
-                f"history length {length} (loop waited at {self.waited_at})"
-            )
+        now = workflow.now()  # as the fire is applied
+        if policy.clock_is_stale(now, deadline):
+            raise StaleClock(f"timer for {deadline.isoformat()} fired at now={now.isoformat()}")
 
     def _collect(self) -> None:
         """Re-raise the :class:`StaleClock` of a timer that fired, in the loop (a task's own
@@ -95,7 +77,7 @@ class DeadlineTimer:
         if has_work():
             return None
         if deadline is None:
-            await workflow.wait_condition(lambda: self._waiting() or has_work())
+            await workflow.wait_condition(has_work)
             return None
         delay = (deadline + timedelta(seconds=DEADLINE_SLACK_S) - workflow.now()).total_seconds()
         if delay <= 0:
@@ -106,7 +88,7 @@ class DeadlineTimer:
                 timer.cancel()
             self._deadline = deadline
             self._timer = timer = asyncio.ensure_future(self._sleep(delay, label, deadline))
-        await workflow.wait_condition(lambda: self._waiting() or has_work() or timer.done())
+        await workflow.wait_condition(lambda: has_work() or timer.done())
         if not timer.done():
             return None
         self._collect()

@@ -73,7 +73,6 @@ class WorkerLiveness:
         are logged and dropped."""
         if self._later(self.heartbeat, raw):
             return
-        self.timer.check_news("heartbeat")  # before anything is decided on a stale clock
         live = self.live
         beat = self._parse(Heartbeat, raw, "heartbeat")
         if beat is None:

@@ -208,38 +208,26 @@ def is_return(
     )
 
 
-def clock_is_stale(
-    history_length: int,
-    waited_at: int | None,
-    now: datetime | None = None,
-    deadline: datetime | None = None,
-) -> bool:
-    """Whether a beat or a deadline timer's fire is being applied on a clock that did not move.
+def clock_is_stale(now: datetime, deadline: datetime) -> bool:
+    """Whether a deadline timer's fire is being applied on a clock that did not move.
 
     sdk-core advances ``workflow.now()`` only on a WorkflowTaskStarted event. When a worker
     takes a *legacy query task* (a ``state`` query sent while no workflow task was pending)
     whose history ends in events that arrived meanwhile (TimerFired, a signal) with no new
-    WorkflowTaskStarted, core applies those events at the previous task's clock and history
-    length, keeps the run cached, and sends what the workflow decided there with the next
-    real task; a replay, on the recorded clock, decides otherwise (nondeterminism, the
-    liveness stuck). Two signs of such an activation, neither possible in a real task:
+    WorkflowTaskStarted, core applies those events at the previous task's clock, keeps the
+    run cached, and sends what the workflow decided there with the next real task; a replay,
+    on the recorded clock, decides otherwise (nondeterminism, the liveness stuck). Such an
+    activation shows when a deadline timer fired while ``now`` is before its ``deadline``:
+    Temporal never fires a timer early, a real task starts after the fire, and the timer is
+    due ``DEADLINE_SLACK_S`` after the deadline (that slack also absorbs the milliseconds a
+    replay's clock may differ by). So a recorded history never trips this.
 
-    * the history length (``workflow.info().get_current_history_length()``, the last
-      WorkflowTaskStarted's id) equals ``waited_at``, the length at which the liveness's loop
-      already waited in an earlier activation: news arrived, yet history did not advance;
-    * a deadline timer fired while ``now`` is before its ``deadline``: Temporal never fires a
-      timer early, and the timer is due ``DEADLINE_SLACK_S`` after the deadline (that slack
-      also absorbs the milliseconds a replay's clock may differ by).
-
-    Both are equal on replay (recorded clock and length), so a history that replays never
-    trips this; a stale activation trips it every time.
+    (A rule on the history length, "a beat at the length where the loop already waited",
+    also told such activations, but misfired on a live task after a reset, repeatedly: it
+    is not kept. A stale activation with a beat and no fired timer is left to the repair.)
 
     Args:
-        history_length: the current history length.
-        waited_at: the history length of the loop's last wait, ``None`` before its first.
-        now: ``workflow.now()``, for a timer's fire.
-        deadline: the deadline the fired timer was armed for (UTC), for a timer's fire.
+        now: ``workflow.now()`` as the fire is applied (UTC).
+        deadline: the deadline the fired timer was armed for (UTC).
     """
-    if waited_at is not None and history_length == waited_at:
-        return True
-    return now is not None and deadline is not None and now < deadline
+    return now < deadline
