@@ -23,8 +23,14 @@ from activities import ReaperActivities
 from activities.db import Unreachable, create_pool, migrate
 from activities.diagnosis import ReplayCheck
 from activities.metrics_endpoint import sdk_runtime, serving
-from activities.temporal import connect, ensure_search_attributes, workflow_runner
+from activities.temporal import (
+    connect,
+    ensure_search_attributes,
+    while_unavailable,
+    workflow_runner,
+)
 from reaper.core.config import ConfigError, Settings, load_settings
+from reaper.core.models import Timings
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
@@ -64,7 +70,10 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             log.info("migrations applied: %s", ", ".join(applied))
         runtime = sdk_runtime(settings.sdk_metrics_port)
         client = await connect(settings.temporal_address, settings.namespace, runtime=runtime)
-        await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
+        await while_unavailable(
+            lambda: ensure_search_attributes(client, SEARCH_ATTRIBUTES),
+            "registering search attributes",
+        )
         acts = ReaperActivities(pool, settings, gc_pool=gc_pool, replay=replay_check(runtime))
         worker = Worker(
             client,
@@ -88,7 +97,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             settings.namespace,
         )
         async with worker, serving(pool, settings):
-            await start_fleet_monitor(client, acts, settings)
+            await start_fleet_monitor(client, Timings.of(settings), settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
         await gc_pool.close()
@@ -123,21 +132,28 @@ def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
     return replay
 
 
-async def start_fleet_monitor(client: Client, acts: ReaperActivities, settings: Settings) -> None:
-    """Start the ``reaper-fleet`` monitor unless one is running already."""
+async def start_fleet_monitor(client: Client, timings: Timings, settings: Settings) -> None:
+    """Start the ``reaper-fleet`` monitor unless one is running already, waiting out a
+    Temporal that is briefly unavailable (``activities.temporal.while_unavailable``).
+
+    Raises:
+        Unreachable: Temporal stayed unavailable for ``CONNECT_DEADLINE_S``.
+    """
     from temporalio.common import WorkflowIDConflictPolicy
 
     from workflows.common import fleet_monitor_id
     from workflows.fleet import FleetMonitor
 
-    timings = await acts.load_timings()
-    await client.start_workflow(
-        FleetMonitor.run,
-        timings,
-        id=fleet_monitor_id(settings.task_queue),
-        task_queue=settings.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary="fleet disruption state",
+    await while_unavailable(
+        lambda: client.start_workflow(
+            FleetMonitor.run,
+            timings,
+            id=fleet_monitor_id(settings.task_queue),
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary="fleet disruption state",
+        ),
+        "starting the fleet monitor",
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import signal
 import tempfile
@@ -40,18 +41,21 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.db import migrate
-from activities.temporal import ensure_search_attributes
+from activities.temporal import ensure_search_attributes, while_unavailable
 from reaper.cli.postgres import EmbeddedPostgres
+from reaper.core.config import Settings
 from reaper.core.contract import StateView
+from reaper.core.models import Timings
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess, DevServer
-from workflows.common import SEARCH_ATTRIBUTES, liveness_id
+from worker import start_fleet_monitor
+from workflows.common import SEARCH_ATTRIBUTES, fleet_monitor_id, liveness_id
 
 HEARTBEAT_S, STALL_AFTER_S, LOST_AFTER_S = 1.0, 2.0, 5.0
 FAST = {
@@ -92,7 +96,10 @@ async def own_temporal() -> AsyncIterator[tuple[DevServer, Client]]:
                 max_retries=4,
             ),
         )
-        await ensure_search_attributes(client, SEARCH_ATTRIBUTES)
+        # Listening is not serving yet: this client gives up on a call within 0.8 s.
+        await while_unavailable(
+            lambda: ensure_search_attributes(client, SEARCH_ATTRIBUTES), "search attributes"
+        )
         yield server, client
     finally:
         server.stop()
@@ -631,3 +638,25 @@ async def test_controller_down_longer_than_lost_after_reaps_nobody(
             assert judged == "stalled", notes
     finally:
         ctl.stop()
+
+
+async def test_a_controller_starting_while_temporal_restarts_waits_for_it(own_temporal, caplog):
+    """A replica started while the dev server restarts (chaos seed 7, 400 rounds: its start
+    of the fleet monitor failed with "tcp connect error" and the replica exited) retries the
+    start while Temporal is unavailable, and starts the monitor once the server is back."""
+    server, client = own_temporal
+    settings = Settings(task_queue=f"start-{uuid.uuid4().hex[:8]}")
+    caplog.set_level(logging.WARNING, logger="reaper.temporal")
+    server.kill()
+    starting = asyncio.create_task(start_fleet_monitor(client, Timings.of(settings), settings))
+
+    async def retries() -> int:
+        return sum("starting the fleet monitor" in r.getMessage() for r in caplog.records)
+
+    await eventually(retries, lambda n: n >= 2, timeout=30, what="two retries while down")
+    assert not starting.done()
+    await server.start()  # same port, same SQLite file
+    await asyncio.wait_for(starting, timeout=60)
+    desc = await client.get_workflow_handle(fleet_monitor_id(settings.task_queue)).describe()
+    assert desc.status == WorkflowExecutionStatus.RUNNING
+    await client.get_workflow_handle(fleet_monitor_id(settings.task_queue)).terminate("test")
