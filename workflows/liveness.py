@@ -225,7 +225,7 @@ class WorkerLiveness:
                 "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
             )
             return
-        record, self.steps.local_writes = await begin_run(
+        record, self.steps.local_writes, self.steps.refresh_at_bound = await begin_run(
             live, self.gate, self.intake, first=inp.carried is None
         )
         early, self.early = self.early or [], None

@@ -55,6 +55,9 @@ class LivenessSteps:
         once, at the start of the run): the registration and the heartbeat refreshes of the
         worker's row are local activities (no activity task, no workflow task of their
         own), and a record remembers what it wrote, not what arrived while it ran."""
+        self.refresh_at_bound = False
+        """Whether this run takes ``refresh-at-bound``: refreshes once the row's lag nears
+        ``STALL_AFTER``, not at half of it (``policy.liveness.row_refresh_due``)."""
 
     @property
     def timings(self) -> Timings:
@@ -83,7 +86,10 @@ class LivenessSteps:
         if live.last_heartbeat_at is None or live.state is WorkerState.retired:
             return False
         return policy.row_refresh_due(
-            live.last_heartbeat_at, live.recorded_heartbeat_at, self.timings.stall_after
+            live.last_heartbeat_at,
+            live.recorded_heartbeat_at,
+            self.timings.stall_after,
+            self.timings.heartbeat_interval if self.refresh_at_bound else None,
         )
 
     def need_pin(self) -> bool:

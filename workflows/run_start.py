@@ -33,28 +33,36 @@ local row writes), so a run records one patch marker and one search-attribute up
 instead of three (each ``workflow.patched`` upserts ``TemporalChangeVersion``, a
 visibility write); a run that takes it writes its worker's registration and heartbeat
 refreshes with local activities (``LivenessSteps.local_writes``)."""
+REFRESH_AT_BOUND = "refresh-at-bound"
+"""Patch: everything ``lean-start`` does (one marker still decides a run's features), and
+heartbeat refreshes only once the row's lag nears ``STALL_AFTER``
+(``policy.liveness.row_refresh_due`` with the heartbeat interval): every third beat at the
+defaults instead of every other one."""
 READ_TIMEOUT = timedelta(seconds=10)
 
 
 async def begin_run(
     live: LivenessState, gate: Gate, intake: ReportIntake, first: bool
-) -> tuple[WorkerRecord | None, bool]:
+) -> tuple[WorkerRecord | None, bool, bool]:
     """Load ``live.timings`` and the pin (through ``gate``); on a ``first`` run also the
     worker's row, for ``Retirement.registers_afresh`` (``None``: not read here, it reads
     the row itself, as runs before ``one-read-start`` did). Decides, at this fixed point of
     the run, whether ``intake`` takes the change feed (patch ``change-feed``).
 
     Returns:
-        The worker's row (or ``None``), and whether the run takes ``lean-start``.
+        The worker's row (or ``None``), whether the run takes ``lean-start`` and whether
+        it takes ``refresh-at-bound`` (which implies ``lean-start``; a new run records that
+        marker alone).
     """
-    lean = workflow.patched(LEAN_START)
+    at_bound = workflow.patched(REFRESH_AT_BOUND)
+    lean = at_bound or workflow.patched(LEAN_START)
     intake.change_feed = lean or workflow.patched(CHANGE_FEED)
     if not lean and not workflow.patched(ONE_READ_START):
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT
         )
         await gate.load_pin()
-        return None, False
+        return None, False, False
     start = await run_activity(
         ReaperActivities.begin_liveness,
         BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
@@ -62,4 +70,4 @@ async def begin_run(
     )
     live.timings = start.timings
     gate.use_pin(start.agent_key)
-    return start.record, lean
+    return start.record, lean, at_bound

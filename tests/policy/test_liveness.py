@@ -139,6 +139,29 @@ def test_when_the_workers_row_heartbeat_is_refreshed(last_beat, recorded, expect
 
 
 @pytest.mark.parametrize(
+    "last_beat, recorded, stall_after, interval, expected",
+    [
+        (at(10), None, 30, 10, False),  # never written: the state record writes the row
+        (at(20), at(0), 30, 10, False),  # the second beat at the defaults: not yet
+        (at(24.9), at(0), 30, 10, False),  # a late second beat: still under the bound
+        (at(25), at(0), 30, 10, True),  # STALL_AFTER - half an interval
+        (at(30), at(0), 30, 10, True),  # the third beat at the defaults
+        (at(10), at(0), 20, 10, False),  # STALL_AFTER of two intervals: not on every beat
+        (at(15), at(0), 20, 10, True),  # ... but on every other one
+        (at(14), at(0), 20, 10, False),
+        (at(3), at(0), 6, 12, True),  # an interval longer than STALL_AFTER: half of it
+        (at(59.5), at(0), 60, 1, True),  # a short interval: close to the bound
+        (at(59.4), at(0), 60, 1, False),
+        (at(30), at(0), 60, 1, False),  # the old rule's point: no write yet
+    ],
+)
+def test_refresh_at_bound(last_beat, recorded, stall_after, interval, expected):
+    """Runs with the ``refresh-at-bound`` patch: the lag a reader can see stays under
+    ``STALL_AFTER`` (CONTRACT.md §5.3) with a write every third beat at the defaults."""
+    assert row_refresh_due(last_beat, recorded, stall_after, interval) is expected
+
+
+@pytest.mark.parametrize(
     "now, deadline, stale",
     [
         (at(30.3), at(30), False),  # timer due 0.25 s after its deadline: on time

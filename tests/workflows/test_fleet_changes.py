@@ -6,6 +6,7 @@ TTL 300 s, disruption threshold 0.55; RETIRE_AFTER as each test says.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import asyncpg
@@ -304,6 +305,27 @@ async def test_last_heartbeat_in_the_workers_row_lags_by_at_most_stall_after(fle
             "SELECT last_heartbeat_at FROM reaper.workers WHERE name = $1", a
         )
         assert (st.last_heartbeat_at - written).total_seconds() <= 30
+
+
+async def test_the_workers_row_is_refreshed_every_third_beat_at_the_defaults(fleet):
+    """Patch ``refresh-at-bound``: with heartbeat 10 s and STALL_AFTER 30 s the row's
+    ``last_heartbeat_at`` is written once its lag reaches 25 s, so every third beat (every
+    other one before, which halved registration at 1,000 workers: BENCHMARKS.md metric 4),
+    and the lag a reader sees stays under STALL_AFTER (§5.3)."""
+    a = fleet.name("a")
+    await fleet.beat(a)
+    await fleet.advance(HB, beating={a: {}})
+    seen = []
+    for _ in range(9):
+        await fleet.advance(HB, beating={a: {}})
+        st = await fleet.state(a)
+        written = await fleet.pool.fetchval(
+            "SELECT last_heartbeat_at FROM reaper.workers WHERE name = $1", a
+        )
+        assert (st.last_heartbeat_at - written).total_seconds() < 30
+        seen.append(written)
+    writes = sum(1 for before, after in itertools.pairwise(seen) if after != before)
+    assert writes in (2, 3), f"{writes} refreshes over 8 beats (every third beat: 2 or 3)"
 
 
 REFUSE_REFRESHES = (

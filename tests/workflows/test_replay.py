@@ -55,8 +55,11 @@ async def test_record_histories(fleet):
 # collector: kinds in turn, before the `kinds-apart` patch; collector-kinds-apart: after it.
 # fleet: a fleet monitor recorded at commit 082a540, before the `repair-stuck` patch (two
 # workers, one lost and reaped; not rewritten by REAPER_RECORD_HISTORIES).
+# liveness-lean-start: the life above recorded at commit a51bfc2 (patch `lean-start`, row
+# refreshes at half of STALL_AFTER as local activities), before `refresh-at-bound`.
 @pytest.mark.parametrize(
-    "name", ["liveness", "collector", "collector-kinds-apart", "reap", "fleet"]
+    "name",
+    ["liveness", "liveness-lean-start", "collector", "collector-kinds-apart", "reap", "fleet"],
 )
 async def test_stored_history_replays_on_current_code(name):
     path = HISTORIES / f"{name}.json"
@@ -65,7 +68,7 @@ async def test_stored_history_replays_on_current_code(name):
     start = WorkflowHistory.from_json("x", raw).events[0]
     payload = start.workflow_execution_started_event_attributes.input.payloads[0]
     worker = json.loads(payload.data).get("worker", "")
-    wid = liveness_id(worker) if name == "liveness" else f"stored-{name}"
+    wid = liveness_id(worker) if name.startswith("liveness") else f"stored-{name}"
     history = WorkflowHistory.from_json(wid, raw)
     replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)

@@ -154,26 +154,46 @@ def transition(
 
 
 def row_refresh_due(
-    last_heartbeat_at: datetime, recorded_heartbeat_at: datetime | None, stall_after: float
+    last_heartbeat_at: datetime,
+    recorded_heartbeat_at: datetime | None,
+    stall_after: float,
+    heartbeat_interval: float | None = None,
 ) -> bool:
     """Whether the ``workers`` row's ``last_heartbeat_at`` and ``last_seq`` must be written
     again although nothing else about the worker changed.
 
     CONTRACT.md §5.3: the row may lag the liveness (its ``state`` query) by at most
-    ``STALL_AFTER``. Writing once the lag reaches half of it keeps the bound with a beat late
-    by up to that half, and costs one write every ``STALL_AFTER / 2`` of steady beats (every
-    other beat at the contract's defaults, 10 s and 30 s), never one per beat.
+    ``STALL_AFTER``. The liveness writes the refresh with a local activity in the workflow
+    task that accepts the beat, and a query is answered between workflow tasks, so a reader
+    sees a beat in the ``state`` query only once the row holds it, or holds a beat less than
+    the threshold behind it: the lag a reader can see stays under the threshold, however late
+    the beats come.
+
+    - With ``heartbeat_interval`` (runs that take the ``refresh-at-bound`` patch): write once
+      the lag reaches ``STALL_AFTER - HEARTBEAT_INTERVAL / 2``, never less than half of
+      ``STALL_AFTER``; half an interval is kept for a refresh that runs so long that the SDK
+      heartbeats its workflow task (a query may then see the beat first). Every third beat
+      at the contract's defaults (10 s and 30 s), every other one at ``STALL_AFTER`` of two
+      intervals, where a refresh on every beat had halved the rate at which 1,000 workers
+      registered (BENCHMARKS.md metric 4, issue 11).
+    - Without (runs recorded before that patch, which must replay as they ran): once the
+      lag reaches half of ``STALL_AFTER``, every other beat at the defaults.
 
     Args:
         last_heartbeat_at: the liveness's last accepted beat (UTC).
         recorded_heartbeat_at: the beat last written to the row (UTC), ``None`` if none was:
             a row not yet written is the state record's business, not a refresh.
         stall_after: ``REAPER_STALL_AFTER``, seconds.
+        heartbeat_interval: ``REAPER_HEARTBEAT_INTERVAL``, seconds, or ``None`` for the
+            rule of runs recorded before ``refresh-at-bound``.
     """
     if recorded_heartbeat_at is None:
         return False
     lag = (last_heartbeat_at - recorded_heartbeat_at).total_seconds()
-    return lag >= stall_after / 2
+    threshold = stall_after / 2
+    if heartbeat_interval is not None:
+        threshold = max(threshold, stall_after - heartbeat_interval / 2)
+    return lag >= threshold
 
 
 def is_return(
