@@ -22,9 +22,16 @@ import uuid
 
 from tests.support import cli
 from tests.support.controller import controller, make_settings
-from tests.support.heartbeats import beat, beats_handled, failed_tasks, query_state, send
+from tests.support.heartbeats import (
+    beat,
+    beats_handled,
+    failed_tasks,
+    query_state,
+    register_with_task,
+    send,
+)
 from tests.support.polling import eventually
-from tests.support.scheduler import insert, setup_service
+from tests.support.scheduler import insert
 from workflows.common import collector_id, liveness_id, reap_id
 
 TIMINGS = dict(heartbeat_interval=1, stall_after=3, lost_after=6, missing_ttl=3, resync_interval=1)
@@ -45,18 +52,9 @@ async def test_what_postgres_cannot_store_is_rejected_and_blocks_nothing(dev_env
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     suffix = uuid.uuid4().hex[:6]
     w = f"limits-{suffix}"
-    task = f"t-{w}"
-    await setup_service(pool, f"svc-{suffix}", {w: [task]})
     async with controller(client, pool, make_settings(**TIMINGS), tq):
         try:
-            for seq in (1, 2):
-                await send(client, tq, beat(w, seq, tasks=[task]))
-            await eventually(
-                lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = $1", task),
-                lambda s: s == "running",
-                timeout=30,
-                what="the task running",
-            )
+            await register_with_task(client, pool, tq, w, f"svc-{suffix}")
             before = await query_state(client, w)
             huge = f'{{"worker": "{w}", "boot_id": "boot-1", "seq": {2**63}, "tasks": []}}'
             await cli.signal(address, liveness_id(w), "heartbeat", huge)

@@ -19,9 +19,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from tests.support import cli
 from tests.support.controller import controller, make_settings
-from tests.support.heartbeats import beat, send
+from tests.support.heartbeats import register_with_task
 from tests.support.polling import eventually
-from tests.support.scheduler import setup_service
 from workflows.common import collector_id, liveness_id, reap_id
 
 TIMINGS = dict(heartbeat_interval=1, stall_after=3, lost_after=6, missing_ttl=3, resync_interval=1)
@@ -40,18 +39,9 @@ async def test_a_terminated_reap_is_tried_again_and_the_liveness_runs_on(dev_env
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     suffix = uuid.uuid4().hex[:6]
     w = f"rt-{suffix}"
-    task = f"t-{w}"
-    await setup_service(pool, f"svc-{suffix}", {w: [task]})
     async with controller(client, pool, make_settings(**TIMINGS), tq):
         try:
-            for seq in (1, 2):
-                await send(client, tq, beat(w, seq, tasks=[task]))
-            await eventually(
-                lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = $1", task),
-                lambda s: s == "running",
-                timeout=30,
-                what="the task running",
-            )
+            task = await register_with_task(client, pool, tq, w, f"svc-{suffix}")
             locker = await asyncpg.connect(db_url)
             tx = locker.transaction()
             await tx.start()

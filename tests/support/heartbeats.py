@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
@@ -12,6 +13,7 @@ from temporalio.service import RPCError
 from reaper.core.contract import StateView
 from reaper.core.models import LivenessInput
 from tests.support.polling import eventually
+from tests.support.scheduler import setup_service
 from workflows import WorkerLiveness
 from workflows.common import collector_id, liveness_id
 
@@ -127,3 +129,21 @@ async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
                 if failed.cause not in BENIGN:
                     failures.append(failed.failure.message)
     return failures
+
+
+async def register_with_task(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: str, service: str
+) -> str:
+    """Register ``worker`` (two beats) holding the one task of ``service``, and wait until
+    that task is ``running``; returns the task's id (``t-{worker}``)."""
+    task = f"t-{worker}"
+    await setup_service(pool, service, {worker: [task]})
+    for seq in (1, 2):
+        await send(client, task_queue, beat(worker, seq, tasks=[task]))
+    await eventually(
+        lambda: pool.fetchval("SELECT state FROM reaper.tasks WHERE id = $1", task),
+        lambda s: s == "running",
+        timeout=30,
+        what="the task running",
+    )
+    return task
