@@ -7,6 +7,7 @@ each row exactly once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -44,7 +45,10 @@ async def bounded(db_url: str, pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool
     )
     p = await create_pool(db_url, timeouts=True, max_size=2)
     yield p
-    await p.close()
+    try:  # a test that failed while holding a connection must not hang here
+        await asyncio.wait_for(p.close(), timeout=10)
+    except TimeoutError:
+        p.terminate()
 
 
 def destroy_input() -> DestroyInput:
@@ -117,27 +121,29 @@ async def test_an_attempt_stalled_in_its_transaction_never_commits_after_its_ret
 ) -> None:
     acts = ReaperActivities(pool, Settings(_env_file=None), gc_pool=bounded)
     stalled = await bounded.acquire()
-    pid = stalled.get_server_pid()
-    tx = stalled.transaction()
-    await tx.start()
-    # What destroy_missing's transaction does, then the attempt stalls (a frozen process, a
-    # lost network) past its start_to_close, when Temporal starts the retry.
-    await stalled.execute("DELETE FROM reaper.volumes WHERE worker = $1", WORKER)
-    await stalled.execute(
-        "INSERT INTO reaper.events (worker, kind, handle, action) VALUES ($1, 'volume', 'x',"
-        " 'destroyed')",
-        WORKER,
-    )
-    await eventually(
-        lambda: pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid),
-        lambda n: n == 0,
-        timeout=TRANSACTION_TIMEOUT_S + 10,
-        poll=0.2,
-        what="the stalled transaction ended by the server",
-    )
-    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
-        await tx.commit()
-    await bounded.release(stalled)
+    try:
+        pid = stalled.get_server_pid()
+        tx = stalled.transaction()
+        await tx.start()
+        # What destroy_missing's transaction does, then the attempt stalls (a frozen
+        # process, a lost network) past its start_to_close, when Temporal starts the retry.
+        await stalled.execute("DELETE FROM reaper.volumes WHERE worker = $1", WORKER)
+        await stalled.execute(
+            "INSERT INTO reaper.events (worker, kind, handle, action) VALUES ($1, 'volume',"
+            " 'x', 'destroyed')",
+            WORKER,
+        )
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid),
+            lambda n: n == 0,
+            timeout=TRANSACTION_TIMEOUT_S + 10,
+            poll=0.2,
+            what="the stalled transaction ended by the server",
+        )
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+            await tx.commit()
+    finally:
+        await bounded.release(stalled)
     retry = await acts.destroy_missing(destroy_input())
     assert sorted(retry.destroyed) == VOLUMES
     assert await destroyed_events(pool) == VOLUMES
