@@ -97,7 +97,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             settings.namespace,
         )
         async with worker, serving(pool, settings):
-            await start_fleet_monitor(client, Timings.of(settings), settings)
+            await start_fleet_monitor(client, settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:
         await gc_pool.close()
@@ -132,7 +132,7 @@ def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
     return replay
 
 
-async def start_fleet_monitor(client: Client, timings: Timings, settings: Settings) -> None:
+async def start_fleet_monitor(client: Client, settings: Settings) -> None:
     """Start the ``reaper-fleet`` monitor unless one is running already, waiting out a
     Temporal that is briefly unavailable (``activities.temporal.while_unavailable``).
 
@@ -147,7 +147,7 @@ async def start_fleet_monitor(client: Client, timings: Timings, settings: Settin
     await while_unavailable(
         lambda: client.start_workflow(
             FleetMonitor.run,
-            timings,
+            Timings.of(settings),
             id=fleet_monitor_id(settings.task_queue),
             task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
+from typing import TypeVar
 
 import asyncpg
 
 from activities.sealing import load_secret
 
 log = logging.getLogger("reaper.db")
+
+T = TypeVar("T")
 
 MIGRATION_LOCK = 0x7265_6170  # "reap": advisory lock key held while migrating
 CONNECT_DEADLINE_S = 120.0
@@ -71,30 +75,64 @@ async def create_pool(
         asyncpg.InvalidPasswordError, asyncpg.InvalidCatalogNameError: bad credentials or
             database; these are not retried.
     """
+
+    async def open_pool() -> asyncpg.Pool:
+        server_settings = None
+        if timeouts:
+            probe = await asyncpg.connect(url)
+            try:
+                server_settings = session_timeouts(probe.get_server_version().major * 10000)
+            finally:
+                await probe.close()
+        return await asyncpg.create_pool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            command_timeout=30,
+            server_settings=server_settings,
+        )
+
+    def retryable(exc: Exception) -> bool:
+        if isinstance(exc, (asyncpg.InvalidPasswordError, asyncpg.InvalidCatalogNameError)):
+            return False
+        return isinstance(exc, (TimeoutError, OSError, asyncpg.PostgresError))
+
+    return await with_backoff(open_pool, retryable, "Postgres", deadline_s=deadline_s)
+
+
+async def with_backoff(
+    call: Callable[[], Awaitable[T]],
+    retryable: Callable[[Exception], bool],
+    what: str,
+    *,
+    deadline_s: float = CONNECT_DEADLINE_S,
+) -> T:
+    """Run ``call`` again, backing off from 0.2 s to 5 s, while it fails with an error that
+    ``retryable`` accepts: how the controller waits for Postgres and Temporal at start-up.
+
+    Args:
+        call: the call to make, safe to repeat.
+        retryable: whether an error may pass once the service is back; any other is raised
+            at once.
+        what: the service (and what is asked of it), for the log line of each retry and
+            the error.
+        deadline_s: seconds after which the last retryable error is raised as
+            :class:`Unreachable`.
+
+    Raises:
+        Unreachable: ``"{what} unreachable after {deadline_s}s: {last error}"``.
+    """
     start = time.monotonic()
     delay = 0.2
     while True:
         try:
-            server_settings = None
-            if timeouts:
-                probe = await asyncpg.connect(url)
-                try:
-                    server_settings = session_timeouts(probe.get_server_version().major * 10000)
-                finally:
-                    await probe.close()
-            return await asyncpg.create_pool(
-                url,
-                min_size=min_size,
-                max_size=max_size,
-                command_timeout=30,
-                server_settings=server_settings,
-            )
-        except (asyncpg.InvalidPasswordError, asyncpg.InvalidCatalogNameError):
-            raise
-        except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+            return await call()
+        except Exception as exc:
+            if not retryable(exc):
+                raise
             if time.monotonic() - start + delay > deadline_s:
-                raise Unreachable(f"Postgres unreachable after {deadline_s:g}s: {exc}") from exc
-            log.warning("Postgres not reachable yet (%s); retrying in %.1fs", exc, delay)
+                raise Unreachable(f"{what} unreachable after {deadline_s:g}s: {exc}") from exc
+            log.warning("%s not reachable yet (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -21,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.db import CONNECT_DEADLINE_S, Unreachable
+from activities.db import CONNECT_DEADLINE_S, with_backoff
 from reaper.core.contract import DEFAULT_ADDRESS
 
 log = logging.getLogger("reaper.temporal")
@@ -57,24 +55,14 @@ async def connect(
         Unreachable: no connection within the deadline; the message names the address.
     """
     target = address or DEFAULT_ADDRESS
-    start = time.monotonic()
-    delay = 0.2
-    while True:
-        try:
-            return await Client.connect(
-                target,
-                namespace=namespace,
-                data_converter=pydantic_data_converter,
-                runtime=runtime,
-            )
-        except Exception as exc:  # the SDK raises RuntimeError for connection failures
-            if time.monotonic() - start + delay > deadline_s:
-                raise Unreachable(
-                    f"Temporal unreachable at {target} after {deadline_s:g}s: {exc}"
-                ) from exc
-            log.warning("Temporal not reachable at %s yet (%s); retrying", target, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    return await with_backoff(  # the SDK raises RuntimeError for connection failures
+        lambda: Client.connect(
+            target, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime
+        ),
+        lambda exc: True,
+        f"Temporal at {target}",
+        deadline_s=deadline_s,
+    )
 
 
 async def while_unavailable(
@@ -98,21 +86,12 @@ async def while_unavailable(
         Unreachable: still unavailable after ``deadline_s``.
         RPCError: any other error of the call, at once.
     """
-    start = time.monotonic()
-    delay = 0.2
-    while True:
-        try:
-            return await call()
-        except RPCError as exc:
-            if exc.status not in TRANSIENT:
-                raise
-            if time.monotonic() - start + delay > deadline_s:
-                raise Unreachable(
-                    f"Temporal unavailable for {what} after {deadline_s:g}s: {exc}"
-                ) from exc
-            log.warning("Temporal unavailable for %s (%s); retrying in %.1fs", what, exc, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    return await with_backoff(
+        call,
+        lambda exc: isinstance(exc, RPCError) and exc.status in TRANSIENT,
+        f"Temporal for {what}",
+        deadline_s=deadline_s,
+    )
 
 
 _INDEXED = {

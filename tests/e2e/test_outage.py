@@ -50,7 +50,6 @@ from activities.temporal import ensure_search_attributes, while_unavailable
 from reaper.cli.postgres import EmbeddedPostgres
 from reaper.core.config import Settings
 from reaper.core.contract import StateView
-from reaper.core.models import Timings
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess, DevServer
@@ -648,7 +647,7 @@ async def test_a_controller_starting_while_temporal_restarts_waits_for_it(own_te
     settings = Settings(task_queue=f"start-{uuid.uuid4().hex[:8]}")
     caplog.set_level(logging.WARNING, logger="reaper.temporal")
     server.kill()
-    starting = asyncio.create_task(start_fleet_monitor(client, Timings.of(settings), settings))
+    starting = asyncio.create_task(start_fleet_monitor(client, settings))
 
     async def retries() -> int:
         return sum("starting the fleet monitor" in r.getMessage() for r in caplog.records)
