@@ -1,0 +1,34 @@
+"""CONTRACT.md §1: the controller waits for Postgres and Temporal with a bounded retry, then
+exits with one clear line (``Unreachable``, printed by ``worker.main``). Here against ports
+where nothing listens, with a deadline of about a second instead of two minutes."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from activities.db import Unreachable, create_pool
+from activities.temporal import connect
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_postgres_unreachable_ends_in_one_clear_error_after_the_deadline() -> None:
+    url = f"postgresql://reaper@127.0.0.1:{closed_port()}/reaper"
+    start = time.monotonic()
+    with pytest.raises(Unreachable, match=r"^Postgres unreachable after 1s: "):
+        await create_pool(url, deadline_s=1)
+    assert time.monotonic() - start < 10  # bounded: it gave up, it did not hang
+
+
+async def test_temporal_unreachable_ends_in_one_clear_error_after_the_deadline() -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(Unreachable, match=rf"^Temporal at {address} unreachable after 1s: "):
+        await connect(address, "default", deadline_s=1)
