@@ -36,6 +36,13 @@ HEARTBEATS_REJECTED = Counter(
     "Heartbeats and operator signals rejected by this controller's liveness workflows"
     " (malformed, sent to another worker's liveness, force_reap before any beat).",
 )
+SIGNALS_IGNORED = Counter(
+    "reaper_signals_ignored",
+    "Input this controller's workflows ignored without failing a task (workflows/front_door.py):"
+    " arguments beyond a handler's first, signals of unknown names, internal signals that did"
+    " not parse, start inputs that did not parse. By workflow type and why.",
+    ["workflow_type", "why"],
+)
 LIVENESSES_REPAIRED = Counter(
     "reaper_livenesses_repaired",
     "Stuck liveness workflows (a history the code cannot replay) reset by this controller to"
@@ -87,6 +94,13 @@ def count_rejected() -> None:
     """Count one rejected heartbeat or signal. Workflow code calls it only when
     ``not workflow.unsafe.is_replaying()``, so a replay never counts a rejection twice."""
     HEARTBEATS_REJECTED.inc()
+
+
+def count_ignored(workflow_type: str, why: str) -> None:
+    """Count one ignored input of a workflow of ``workflow_type`` (``why``: extra-arguments,
+    unknown-signal, malformed, malformed-start). Workflow code calls it only when not
+    replaying. Both labels are bounded: reaper's four workflow types, four reasons."""
+    SIGNALS_IGNORED.labels(workflow_type, why).inc()
 
 
 S = TypeVar("S")

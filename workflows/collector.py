@@ -14,12 +14,16 @@ stalls the containers' collection (issue 11, Concourse #4152). The rules themsel
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import TypeAdapter
+
     from activities import ReaperActivities
     from activities.types import DestroyInput, ReconcileInput, SealedReport
     from reaper.core.contract import KINDS, liveness_id
@@ -32,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         supersede,
     )
     from reaper.core.policy import collection as policy
+    from workflows import front_door
     from workflows.common import (
         run_activity,
         should_continue_as_new,
@@ -39,6 +44,9 @@ with workflow.unsafe.imports_passed_through():
         tell_placed,
     )
     from workflows.view import collector_details
+
+REPORTS = TypeAdapter(list[Report])
+"""Validates the argument of signal ``report``."""
 
 KINDS_APART = "kinds-apart"
 """Patch: each kind is collected on its own, so one blocked kind never stalls the others."""
@@ -49,17 +57,38 @@ class HandleCollector:
     """GC of one worker's containers, volumes and tasks. Signal ``report`` (list of reports)."""
 
     @workflow.init
-    def __init__(self, inp: CollectorInput) -> None:
-        self.inp = inp
-        self.gc = inp.carried or CollectorState()
+    def __init__(self, *args: Any) -> None:
+        self.start = front_door.parse(
+            CollectorInput.model_validate,
+            front_door.first(args, "start input"),
+            "start input",
+            "malformed-start",
+        )
+        """``None`` when the start input did not parse: ``run`` then ends at once (its
+        liveness starts a new collector when its next report finds this one gone)."""
+        self.gc = (self.start.carried if self.start else None) or CollectorState()
         self.busy = False
         self.collecting: dict[str, asyncio.Task[None]] = {}  # kind -> its collection in flight
         self.stopping = False
-        self.report(inp.queued)
+        self._queue(self.start.queued if self.start else [])
+
+    @property
+    def inp(self) -> CollectorInput:
+        """The start input (``run`` ends at once when there is none)."""
+        assert self.start is not None
+        return self.start
 
     @workflow.signal(name="report")
-    def report(self, reports: list[Report]) -> None:
-        """Queue complete reports; a newer report of a kind supersedes a queued older one."""
+    def report(self, *args: Any) -> None:
+        """Queue complete reports (a list of ``Report``); a newer report of a kind supersedes
+        a queued older one."""
+        reports = front_door.parse(
+            REPORTS.validate_python, front_door.first(args, "report"), "report"
+        )
+        if reports is not None:
+            self._queue(reports)
+
+    def _queue(self, reports: list[Report]) -> None:
         for r in reports:
             queued = self.gc.queue.get(r.kind)
             if queued is not None:
@@ -70,28 +99,39 @@ class HandleCollector:
             self.gc.queue[r.kind] = r
 
     @workflow.signal(name="stop")
-    def stop(self, _: Any = None) -> None:
+    def stop(self, *args: Any) -> None:
         """From the liveness: the worker is retired; end after the report in hand (§5.1)."""
+        front_door.first(args, "stop")
         self.stopping = True
 
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal of a name the collector does not know: ignored, logged, counted."""
+        front_door.unknown_signal(name, len(args))
+
     @workflow.query(name="backlog")
-    def backlog(self) -> int:
+    def backlog(self, *args: Any) -> int:
         """Reports queued or being processed (0 when the collector is idle)."""
         return len(self.gc.queue) + len(self.collecting) + (1 if self.busy else 0)
 
     @workflow.query(name="processed")
-    def processed_reports(self) -> int:
+    def processed_reports(self, *args: Any) -> int:
         """Reports received and handled (reconciled, or superseded by a newer one)."""
         return self.gc.processed
 
     @workflow.query(name="due")
-    def due_times(self) -> dict[str, datetime]:
+    def due_times(self, *args: Any) -> dict[str, datetime]:
         """Per kind, when it next needs a fresh report (UTC): its oldest missing handle falls
         due, or an unknown handle becomes an orphan (``KindStatus.recheck_at``)."""
         return dict(self.gc.due)
 
     @workflow.run
-    async def run(self, inp: CollectorInput) -> None:
+    async def run(self, *args: Any) -> None:
+        """The loop; ``args`` are the start input, parsed once in ``__init__``."""
+        if self.start is None:
+            workflow.logger.warning("%s: start input unusable; ending", workflow.info().workflow_id)
+            return
+        inp = self.inp
         t = inp.timings
         workflow.set_current_details(collector_details(inp.worker, t, self.gc))
         while True:

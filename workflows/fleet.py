@@ -12,19 +12,24 @@ slow repair (replays of a long history) never delays owed work.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView, RepairResult
     from reaper.core.models import Timings
+    from workflows import front_door
     from workflows.common import (
+        ACTIVITY_TIMEOUT,
         CHANGE_FEED,
         REPAIR_STUCK,
+        RETRY,
         run_activity,
         should_continue_as_new,
         tell_placed,
@@ -76,15 +81,39 @@ class FleetMonitor:
     """Shows ``normal``/``partial``/``full`` disruption with counts; query ``fleet``."""
 
     @workflow.init
-    def __init__(self, timings: Timings) -> None:
+    def __init__(self, *args: Any) -> None:
         self.view: FleetView | None = None
+        self.timings = front_door.parse(
+            Timings.model_validate,
+            front_door.first(args, "start input"),
+            "start input",
+            "malformed-start",
+        )
+        """The controller's timings; ``None`` if the start input did not parse (``run`` then
+        reads the settings of the controller that runs it)."""
 
     @workflow.query(name="fleet")
-    def fleet(self) -> FleetView | None:
+    def fleet(self, *args: Any) -> FleetView | None:
+        """The fleet's disruption state with its counts, as last read."""
         return self.view
 
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """The monitor takes no signals: any is ignored, logged and counted."""
+        front_door.unknown_signal(name, len(args))
+
     @workflow.run
-    async def run(self, timings: Timings) -> None:
+    async def run(self, *args: Any) -> None:
+        """The checks, every heartbeat interval; ``args``: the start input (``Timings``),
+        parsed once in ``__init__``."""
+        timings = self.timings
+        if timings is None:
+            timings = await workflow.execute_activity_method(
+                ReaperActivities.load_timings,
+                start_to_close_timeout=ACTIVITY_TIMEOUT,
+                retry_policy=RETRY,
+                summary="read the controller's settings",
+            )
         repair: workflow.ActivityHandle[RepairResult] | None = None
         while True:
             view = await run_activity(

@@ -10,11 +10,12 @@ is a pure function of ``reaper.core.policy``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import DrainChange
     from reaper.core.contract import (
         KINDS,
+        LIVENESS_PREFIX,
         Heartbeat,
         ReasonInput,
         StateView,
@@ -31,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.models import GcStatusInput, LivenessInput, LivenessState
     from reaper.core.policy import liveness as policy
     from reaper.core.policy.fleet import retire_is_stale
+    from workflows import front_door
     from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
     from workflows.common import should_continue_as_new
     from workflows.gate import Gate
@@ -47,7 +50,8 @@ class WorkerLiveness:
     ``want_report``, ``nudge``; query ``state``."""
 
     @workflow.init
-    def __init__(self, inp: LivenessInput) -> None:
+    def __init__(self, *args: Any) -> None:
+        inp = self.inp = start_input(args)
         self.live: LivenessState = inp.carried or LivenessState(worker=inp.worker)
         self.intake = ReportIntake(self.live, self._reject)
         self.steps = LivenessSteps(self.live, self.intake)
@@ -68,10 +72,14 @@ class WorkerLiveness:
     # ---- signals: validate and record only; never raise, never block ------------------
 
     @workflow.signal(name="heartbeat")
-    def heartbeat(self, raw: Any) -> None:
-        """A beat from the agent (CONTRACT.md §2). Malformed or unauthenticated beats (§5.2)
-        are logged and dropped."""
-        if self._later(self.heartbeat, raw):
+    def heartbeat(self, *args: Any) -> None:
+        """A beat from the agent (CONTRACT.md §2): its first argument. Malformed or
+        unauthenticated beats (§5.2) are logged and dropped; further arguments are ignored
+        (``workflows.front_door``)."""
+        self._heartbeat(front_door.first(args, "heartbeat"))
+
+    def _heartbeat(self, raw: Any) -> None:
+        if self._later(self._heartbeat, raw):
             return
         live = self.live
         beat = self._parse(Heartbeat, raw, "heartbeat")
@@ -134,10 +142,13 @@ class WorkerLiveness:
         live.unforwarded.clear()
 
     @workflow.signal(name="force_reap")
-    def force_reap(self, raw: Any) -> None:
+    def force_reap(self, *args: Any) -> None:
         """Operator: reap this worker now (bypasses the disruption guard, rule 5)."""
+        self._force_reap(front_door.first(args, "force_reap"))
+
+    def _force_reap(self, raw: Any) -> None:
         live = self.live
-        req = self._operator_request("force_reap", self.force_reap, raw)
+        req = self._operator_request("force_reap", self._force_reap, raw)
         if req is None:
             return
         if live.last_heartbeat_at is None:
@@ -148,28 +159,37 @@ class WorkerLiveness:
             live.state, live.state_since = WorkerState.lost, workflow.now()
 
     @workflow.signal(name="drain")
-    def drain(self, raw: Any) -> None:
+    def drain(self, *args: Any) -> None:
         """Operator: place nothing new on this worker."""
-        self._set_draining(raw, draining=True)
+        self._drain(front_door.first(args, "drain"))
 
     @workflow.signal(name="undrain")
-    def undrain(self, raw: Any) -> None:
+    def undrain(self, *args: Any) -> None:
         """Operator: placements on this worker resume (§5.1)."""
+        self._undrain(front_door.first(args, "undrain"))
+
+    def _drain(self, raw: Any) -> None:
+        self._set_draining(raw, draining=True)
+
+    def _undrain(self, raw: Any) -> None:
         self._set_draining(raw, draining=False)
 
     def _set_draining(self, raw: Any, draining: bool) -> None:
         what = "drain" if draining else "undrain"
-        req = self._operator_request(what, self.drain if draining else self.undrain, raw)
+        req = self._operator_request(what, self._drain if draining else self._undrain, raw)
         if req is not None:
             self.steps.drain_change = DrainChange(
                 worker=self.live.worker, draining=draining, reason=req.reason, actor=req.actor
             )
 
     @workflow.signal(name="retire")
-    def retire(self, raw: Any) -> None:
+    def retire(self, *args: Any) -> None:
         """Operator or agent: the worker leaves the fleet for good (§5.1), at once."""
+        self._retire(front_door.first(args, "retire"))
+
+    def _retire(self, raw: Any) -> None:
         live = self.live
-        req = self._operator_request("retire", self.retire, raw)
+        req = self._operator_request("retire", self._retire, raw)
         if req is None:
             return
         if live.last_heartbeat_at is None or live.state is WorkerState.retired:
@@ -182,42 +202,64 @@ class WorkerLiveness:
         live.retire_request, live.retire_automatic, live.retire_retry_at = req, False, None
 
     @workflow.signal(name="gc_status")
-    def gc_status(self, inp: GcStatusInput) -> None:
-        """From the collector: the latest missing count, orphans and assignments of a kind."""
+    def gc_status(self, *args: Any) -> None:
+        """From the collector: the latest missing count, orphans and assignments of a kind
+        (one ``GcStatusInput``)."""
+        inp = front_door.parse(
+            GcStatusInput.model_validate, front_door.first(args, "gc_status"), "gc_status"
+        )
+        if inp is None:
+            return
         self.live.collected[inp.kind] = inp.status
         if inp.assignments is not None:
             self.live.assignments = inp.assignments
         self.steps.view.show_details()
 
     @workflow.signal(name="want_report")
-    def want_report(self, kind: str) -> None:
-        """From the collector: a TTL fell due; forward the next report of ``kind``."""
-        if kind in KINDS and kind not in self.live.wanted:
+    def want_report(self, *args: Any) -> None:
+        """From the collector: a TTL fell due; forward the next report of the kind named."""
+        kind = front_door.first(args, "want_report")
+        if not isinstance(kind, str) or kind not in KINDS:
+            front_door.ignored("malformed", f"want_report: not a kind: {str(kind)[:64]!r}")
+            return
+        self._want(kind)
+
+    def _want(self, kind: str) -> None:
+        if kind not in self.live.wanted:
             self.live.wanted.append(kind)
 
     @workflow.signal(name="nudge")
-    def resync_requested(self, kinds: Any = None) -> None:
+    def resync_requested(self, *args: Any) -> None:
         """Postgres changed for this worker (a placement, the change feed): reconcile its next
-        reports of ``kinds`` (a list of kind names; every kind when absent)."""
+        reports of the kinds named (a list of kind names; every kind when absent)."""
+        kinds = front_door.first(args, "nudge")
         wanted = [k for k in kinds if k in KINDS] if isinstance(kinds, list) else KINDS
         for kind in wanted:
-            self.want_report(kind)
+            self._want(kind)
 
     @workflow.signal(name="gc_stopped")
-    def gc_stopped(self, _: Any = None) -> None:
+    def gc_stopped(self, *args: Any) -> None:
         """From the collector: it ended after this liveness retired its worker."""
+        front_door.first(args, "gc_stopped")
         self.steps.retirement.collector_stopped = True
 
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal of a name this liveness does not know (a newer sender's): ignored,
+        logged and counted, never buffered."""
+        front_door.unknown_signal(name, len(args))
+
     @workflow.query(name="state")
-    def state(self) -> StateView:
-        """Current view (CONTRACT.md §2 query ``state``)."""
+    def state(self, *args: Any) -> StateView:
+        """Current view (CONTRACT.md §2 query ``state``); arguments are ignored."""
         return state_view(self.live, self.intake.backlog())
 
     # ---- the loop ------------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, inp: LivenessInput) -> None:
-        live = self.live
+    async def run(self, *args: Any) -> None:
+        """The loop; ``args`` are the start input, parsed once in ``__init__``."""
+        inp, live = self.inp, self.live
         if workflow.info().workflow_id != liveness_id(live.worker):
             # Started by someone else under another id: it would speak for a worker whose
             # liveness it is not (§5.2). It does nothing.
@@ -298,3 +340,15 @@ class WorkerLiveness:
             where = ".".join(str(p) for p in err.get("loc", ())) or "payload"
             self._reject(f"{what}: {where}: {err.get('msg')}")
             return None
+
+
+def start_input(args: Sequence[Any]) -> LivenessInput:
+    """The start input ``{"worker": name}`` (CONTRACT.md §2), or the carried state of a
+    continue-as-new. One that does not parse is ignored (logged, counted): the worker is then
+    the one this workflow's id names, ``liveness-{worker}``, so a bad start never wedges a
+    worker's liveness (a run whose id names no worker ends at once)."""
+    raw = front_door.first(args, "start input")
+    inp = front_door.parse(LivenessInput.model_validate, raw, "start input", "malformed-start")
+    if inp is not None:
+        return inp
+    return LivenessInput(worker=front_door.worker_from_id(LIVENESS_PREFIX) or "")

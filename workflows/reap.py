@@ -8,9 +8,12 @@ the workflow then tells each worker that received a replacement to pick it up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
@@ -18,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import ReapRequest
     from reaper.core.models import LivenessState, ReapInput, ReapResult
     from reaper.core.policy.fleet import FleetState
+    from workflows import front_door
     from workflows.common import reap_id, run_activity, tell_placed
 
 
@@ -25,8 +29,23 @@ with workflow.unsafe.imports_passed_through():
 class WorkerReap:
     """Reap one worker: tasks ``lost``, services backfilled (CONTRACT.md rule 5)."""
 
+    @workflow.signal(dynamic=True)
+    def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A reap takes no signals: any is ignored, logged and counted."""
+        front_door.unknown_signal(name, len(args))
+
     @workflow.run
-    async def run(self, inp: ReapInput) -> ReapResult:
+    async def run(self, *args: Any) -> ReapResult:
+        """Reap; ``args``: one ``ReapInput``. An input that does not parse reaps nothing
+        (refused ``malformed input``; logged, counted)."""
+        inp = front_door.parse(
+            ReapInput.model_validate,
+            front_door.first(args, "start input"),
+            "start input",
+            "malformed-start",
+        )
+        if inp is None:
+            return ReapResult(refused="malformed input")
         result: ReapResult = await run_activity(
             ReaperActivities.reap_worker,
             ReapRequest(

@@ -35,9 +35,13 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
 """Custom search attributes on every liveness workflow, name -> type (CONTRACT.md §2)."""
 
 
+LIVENESS_PREFIX = "liveness-"
+"""Workflow ids of livenesses are this prefix and the worker's name (CONTRACT.md §2)."""
+
+
 def liveness_id(worker: str) -> str:
     """Workflow id of a worker's liveness: ``liveness-{worker}`` (CONTRACT.md §2)."""
-    return f"liveness-{worker}"
+    return f"{LIVENESS_PREFIX}{worker}"
 
 
 WORKER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")

@@ -15,13 +15,14 @@ import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from temporalio.api.enums.v1 import EventType
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.core.signing import new_private_key, sign_heartbeat
-from tests.support.controller import controller, find_binary, make_settings
-from tests.support.heartbeats import query_state, send
+from tests.support.controller import controller, find_binary, make_settings, start_monitor
+from tests.support.heartbeats import failed_tasks, query_state, send
 from tests.support.polling import eventually
-from workflows.common import liveness_id
+from workflows.common import collector_id, liveness_id
 
 SLOW = dict(heartbeat_interval=1, stall_after=60, lost_after=120, missing_ttl=60, resync_interval=1)
 junk = st.recursive(
@@ -44,8 +45,8 @@ def raw_json(draw: st.DrawFn, worker: str) -> str:
 
 
 async def cli_signal(env: dict[str, str], worker: str, name: str, text: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        find_binary("temporal"),
+    await cli(
+        env,
         "workflow",
         "signal",
         "--workflow-id",
@@ -54,6 +55,14 @@ async def cli_signal(env: dict[str, str], worker: str, name: str, text: str) -> 
         name,
         "--input",
         text,
+    )
+
+
+async def cli(env: dict[str, str], *argv: str) -> None:
+    """Run the ``temporal`` CLI; it must succeed (the server accepted what it sent)."""
+    proc = await asyncio.create_subprocess_exec(
+        find_binary("temporal"),
+        *argv,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -122,3 +131,109 @@ async def test_raw_json_through_the_temporal_cli_changes_nothing(
         async for event in client.get_workflow_handle(liveness_id(w)).fetch_history_events():
             failed += event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
         assert failed == 0
+
+
+ARITY = {
+    "WorkerLiveness": ["heartbeat", "force_reap", "drain", "gc_status", "want_report", "labels"],
+    "HandleCollector": ["report", "labels", "heartbeat"],
+    "FleetMonitor": ["heartbeat", "labels"],
+}
+"""Signal names sent to each workflow type: known ones and ones it does not know."""
+
+
+async def test_several_inputs_through_the_temporal_cli_wedge_nothing(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """``temporal workflow signal`` with 0 to 5 ``--input`` of arbitrary JSON, on the
+    liveness, its collector and the fleet monitor, and ``temporal workflow start`` of a reap
+    with several: no task fails, no row changes, the next ordinary beat is applied."""
+    client, tq = dev_env.client, f"tq-arity-{uuid.uuid4().hex[:8]}"
+    w = f"arity-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "HOME": str(tmp_path),
+    }
+    await pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
+    )
+    key = new_private_key()
+
+    def beat(seq: int) -> dict[str, Any]:
+        return sign_heartbeat(
+            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
+        )
+
+    inputs: list[list[str]] = []
+
+    @settings(
+        max_examples=8,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.lists(junk.map(json.dumps), max_size=5))
+    def collect(texts: list[str]) -> None:
+        inputs.append(texts)
+
+    collect()
+    config = make_settings(agent_auth="required", **SLOW)
+    async with controller(client, pool, config, tq):
+        monitor = (await start_monitor(client, config, tq)).id
+        await send(client, tq, beat(0))
+
+        async def processed() -> int:
+            try:
+                h = client.get_workflow_handle(collector_id(w))
+                return await h.query("processed", result_type=int)
+            except RPCError:
+                return 0  # not started yet
+
+        await eventually(processed, lambda n: n >= 1, what="the collector's first report")
+        targets = {
+            "WorkerLiveness": liveness_id(w),
+            "HandleCollector": collector_id(w),
+            "FleetMonitor": monitor,
+        }
+        sent = 0
+        for kind, wid in targets.items():
+            for name in ARITY[kind]:
+                for texts in inputs:
+                    argv = [arg for t in texts for arg in ("--input", t)]
+                    await cli(
+                        env, "workflow", "signal", "--workflow-id", wid, "--name", name, *argv
+                    )
+                    sent += 1
+        reap = f"reap-arity-{uuid.uuid4().hex[:6]}"
+        await cli(
+            env,
+            "workflow",
+            "start",
+            "--type",
+            "WorkerReap",
+            "--task-queue",
+            tq,
+            "--workflow-id",
+            reap,
+            "--input",
+            json.dumps({"worker": w}),
+            "--input",
+            "1",
+        )
+        result = await client.get_workflow_handle(reap).result()
+        assert result["refused"] == "malformed input"
+        await send(client, tq, beat(1))
+        st_ = await eventually(
+            lambda: query_state(client, w), lambda s: s.last_seq == 1, what="the agent heard"
+        )
+        assert (st_.state, st_.missing, st_.draining) == ("running", 0, False)
+        assert (
+            await pool.fetchval("SELECT missing_since FROM reaper.containers WHERE handle = 'c-1'")
+            is None
+        )
+        for wid in [*targets.values(), reap]:
+            assert await failed_tasks(client, wid) == [], wid
+        assert sent == sum(len(n) for n in ARITY.values()) * len(inputs)
+        await client.get_workflow_handle(monitor).terminate("test over")
