@@ -29,6 +29,7 @@ from activities.temporal import (
     while_unavailable,
     workflow_runner,
 )
+from reaper import __version__
 from reaper.core.config import ConfigError, Settings, load_settings
 from reaper.core.models import Timings
 from reaper.logs import setup_logging
@@ -91,8 +92,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),
         )
         log.info(
-            "controller %s serving task queue %r in namespace %r",
+            "controller %s (reaper %s) serving task queue %r in namespace %r",
             client.identity,
+            __version__,
             settings.task_queue,
             settings.namespace,
         )

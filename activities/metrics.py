@@ -13,13 +13,17 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Histogram, Info
 
 from activities.base import EVENT_KIND
 from activities.types import ReconcileInput
+from reaper import __version__
 
 KINDS = ("container", "volume", "task")
 """The ``kind`` label of the per-kind series (``events.kind`` of CONTRACT.md §3)."""
+
+BUILD = Info("reaper_build", "The reaper release this controller runs (CHANGELOG.md).")
+BUILD.info({"version": __version__})
 
 DESTROYED = Counter(
     "reaper_destroyed",

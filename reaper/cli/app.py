@@ -71,6 +71,27 @@ STATE_DIR_OPTION: Any = typer.Option(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from reaper import __version__
+
+        console.print(f"reaper {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print reaper's version (a release of CHANGELOG.md) and exit.",
+    ),
+) -> None:
+    """Durable liveness and garbage collection for cluster orchestrators (Temporal + Postgres)."""
+
+
 class CliError(Exception):
     """A failure to report in one line, with an exit status (1 failure, 2 bad configuration)."""
 
