@@ -21,7 +21,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 with workflow.unsafe.imports_passed_through():
-    from reaper.core.models import LivenessInput
     from workflows.liveness import WorkerLiveness
 
 EARLY = "early-"
@@ -38,10 +37,10 @@ class DivergingLiveness(WorkerLiveness):
     """Reaper's liveness plus one timer of its own (see the module docstring)."""
 
     @workflow.run
-    async def run(self, inp: LivenessInput) -> None:
+    async def run(self, *args: Any) -> None:
         worker = self.live.worker
         if not worker.startswith((EARLY, LATE)):
-            await super().run(inp)
+            await super().run(*args)
             return
 
         async def extra() -> None:
@@ -51,7 +50,7 @@ class DivergingLiveness(WorkerLiveness):
 
         diverge = asyncio.ensure_future(extra())
         try:
-            await super().run(inp)
+            await super().run(*args)
         finally:
             diverge.cancel()
 
