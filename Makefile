@@ -34,7 +34,7 @@ sysdeps:
 
 # Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
-# environments alive in one process, ENV.md). They run side by side: the suite mostly waits
+# environments alive in one process, docs/platform-notes.md). They run side by side: the suite mostly waits
 # on real servers and timers (about half a core on average over a serial run), so together
 # they take about as long as the e2e process alone. The first process's output is kept in
 # .reaper/test-unit.log and printed when both have ended; the exit status fails if either

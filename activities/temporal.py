@@ -108,7 +108,7 @@ async def ensure_search_attributes(
     Args:
         keys: the keys to register (``workflows.common.SEARCH_ATTRIBUTES``).
 
-    An unregistered key makes every workflow task that upserts it fail (TEMPORAL.md).
+    An unregistered key makes every workflow task that upserts it fail (docs/platform-notes.md).
     """
     try:
         existing = await client.operator_service.list_search_attributes(
@@ -141,7 +141,7 @@ def workflow_runner() -> WorkflowRunner:
     costs about half of each. The sandbox's runtime checks (``datetime.now``, ``random``,
     I/O in workflow code) still apply; what is given up is re-importing, which only guards
     against module-level state and import-time side effects, which the workflow modules
-    never have (ENV.md). The in-process controllers of ``tests/`` keep the default sandbox,
+    never have (docs/platform-notes.md). The in-process controllers of ``tests/`` keep the default sandbox,
     so the suite still catches a workflow module that would need it.
     """
     return SandboxedWorkflowRunner(

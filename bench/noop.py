@@ -67,4 +67,4 @@ async def _serve(address: str, task_queue: str) -> None:
 if __name__ == "__main__":
     asyncio.run(_serve(sys.argv[1], sys.argv[2]))
     sys.stdout.flush()
-    os._exit(0)  # the SDK can abort at interpreter exit (ENV.md)
+    os._exit(0)  # the SDK can abort at interpreter exit (docs/platform-notes.md)

@@ -3,7 +3,7 @@
 Fixtures only; what tests import lives in ``tests/support``. The Temporal servers are in
 ``tests/workflows/conftest.py`` (time-skipping) and ``tests/e2e/conftest.py`` (dev server):
 pytest runs the two directories in separate processes (the SDK misbehaves with two
-environments alive in one process, ENV.md).
+environments alive in one process, docs/platform-notes.md).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # The Temporal SDK can abort at interpreter exit after all work is done (ENV.md:
+    # The Temporal SDK can abort at interpreter exit after all work is done (docs/platform-notes.md:
     # "Fatal Python error: PyGILState_Release", exit 134). The run is over and reported
     # here; leave with pytest's own status so CI judges the tests, not the teardown.
     import sys

@@ -38,7 +38,7 @@ class DeadlineTimer:
 
     A heartbeat moves the deadline later but does not touch the timer: when it fires early,
     the loop finds the worker still running and arms the next one. So steady beats cost no
-    timer events beyond one per ``STALL_AFTER`` (TEMPORAL.md: a timer restarted per beat
+    timer events beyond one per ``STALL_AFTER`` (docs/platform-notes.md: a timer restarted per beat
     costs about two history events a beat).
     """
 

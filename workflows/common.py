@@ -32,7 +32,7 @@ RETRY = RetryPolicy(
 
 HISTORY_CAP = 8_000
 """Continue-as-new at this many events even if the server has not suggested it yet, so no
-run nears Temporal's hard limit of 51,200 events (TEMPORAL.md)."""
+run nears Temporal's hard limit of 51,200 events (docs/platform-notes.md)."""
 
 CHANGE_FEED = "change-feed"
 """Patch: the fleet monitor reads the change feed and nudges changed workers, and unchanged

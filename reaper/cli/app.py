@@ -121,7 +121,7 @@ def fail(exc: CliError) -> NoReturn:
 
 def exit_now(code: int) -> NoReturn:
     """Leave now, skipping interpreter teardown: the Temporal SDK can abort there after all
-    work is done (ENV.md, exit 134), which would turn a success into a failure."""
+    work is done (docs/platform-notes.md, exit 134), which would turn a success into a failure."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

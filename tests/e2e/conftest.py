@@ -31,7 +31,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
         # Continue-as-new after ~30 events instead of ~4,096, so every dev-server test
-        # also crosses many run boundaries (TEMPORAL.md).
+        # also crosses many run boundaries (docs/platform-notes.md).
         dev_server_extra_args=[
             "--dynamic-config-value",
             "limit.historyCount.suggestContinueAsNew=30",

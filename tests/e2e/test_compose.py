@@ -1,6 +1,6 @@
 """Static checks of docker-compose.yml: schemas, services, images, health checks, ordering.
 
-There is no Docker engine on the project's machines (ENV.md), so the production stack cannot
+There is no Docker engine on the project's machines (docs/platform-notes.md), so the production stack cannot
 be started here. It is parsed and validated twice: against the Compose Specification's own
 JSON schema (the copy the pinned ``check-jsonschema`` package ships) and against a stricter
 schema of the subset the project uses (tests/e2e/data/compose-subset.schema.json, which

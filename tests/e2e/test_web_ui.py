@@ -10,7 +10,7 @@ are in docs/images/.
 
 Debian's ``/usr/bin/chromium`` (``make sysdeps``) is driven, never a browser Playwright
 downloads. The page is waited on by selector and text: ``--virtual-time-budget`` never
-settles on these pages (they keep a request open, ENV.md).
+settles on these pages (they keep a request open, docs/platform-notes.md).
 """
 
 from __future__ import annotations

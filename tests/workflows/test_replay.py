@@ -1,4 +1,4 @@
-"""Replay stored histories against today's workflow code (TEMPORAL.md: entity workflows live
+"""Replay stored histories against today's workflow code (entity workflows live
 for ever, so a code change that alters the command sequence of a running history must be
 gated with ``workflow.patched``). A failing replay here means exactly that.
 
