@@ -141,8 +141,8 @@ def workflow_runner() -> WorkflowRunner:
     costs about half of each. The sandbox's runtime checks (``datetime.now``, ``random``,
     I/O in workflow code) still apply; what is given up is re-importing, which only guards
     against module-level state and import-time side effects, which the workflow modules
-    never have (docs/platform-notes.md). The in-process controllers of ``tests/`` keep the default sandbox,
-    so the suite still catches a workflow module that would need it.
+    never have (docs/platform-notes.md). The in-process controllers of ``tests/`` keep the default
+    sandbox, so the suite still catches a workflow module that would need it.
     """
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_all_modules()

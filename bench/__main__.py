@@ -28,8 +28,9 @@ from bench.result import METRICS, SCALE, Metric, markdown_table, table
 
 # The fleet (metric 4) beats at the contract's default interval, 10 s: 1,000 workers are then
 # 100 beats/s, the load they would put on a controller in production; a 2 s interval would be
-# 500 beats/s, the dev server's whole signal ceiling on these 2-core machines (docs/platform-notes.md).
-# STALL_AFTER and LOST_AFTER are short so that the phase takes about two minutes.
+# 500 beats/s, the dev server's whole signal ceiling on these 2-core machines
+# (docs/platform-notes.md). STALL_AFTER and LOST_AFTER are short so that the phase takes about
+# two minutes.
 FULL = dict(
     writes=dict(workers=100, rows=100, rounds=10, interval=1.0),
     throughput=dict(workers=100, beats=16, rounds=3),

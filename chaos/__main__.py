@@ -49,5 +49,6 @@ if __name__ == "__main__":
     status = main()
     sys.stdout.flush()
     sys.stderr.flush()
-    # The Temporal SDK can abort at interpreter exit after all work is done (docs/platform-notes.md).
+    # The Temporal SDK can abort at interpreter exit after all work is done
+    # (docs/platform-notes.md).
     os._exit(status)

@@ -1,13 +1,13 @@
 """Static checks of docker-compose.yml: schemas, services, images, health checks, ordering.
 
-There is no Docker engine on the project's machines (docs/platform-notes.md), so the production stack cannot
-be started here. It is parsed and validated twice: against the Compose Specification's own
-JSON schema (the copy the pinned ``check-jsonschema`` package ships) and against a stricter
-schema of the subset the project uses (tests/e2e/data/compose-subset.schema.json, which
-rejects unknown keys, so a typo fails). Then: pinned images, a health check on every service,
-healthy-dependency ordering, a real Temporal server on Postgres (not the dev server) and the
-search attributes. Files, secrets, Prometheus and the controllers' environment are in
-test_compose_stack.py.
+There is no Docker engine on the project's machines (docs/platform-notes.md), so the production
+stack cannot be started here. It is parsed and validated twice: against the Compose
+Specification's own JSON schema (the copy the pinned ``check-jsonschema`` package ships) and
+against a stricter schema of the subset the project uses
+(tests/e2e/data/compose-subset.schema.json, which rejects unknown keys, so a typo fails). Then:
+pinned images, a health check on every service, healthy-dependency ordering, a real Temporal
+server on Postgres (not the dev server) and the search attributes. Files, secrets, Prometheus
+and the controllers' environment are in test_compose_stack.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Reading docker-compose.yml and the contract's variables for the static stack checks.
 
-No Docker engine runs on the project's machines (docs/platform-notes.md): tests/e2e/test_compose*.py read
-the files instead. Values are seen as Compose would see them with an empty shell
+No Docker engine runs on the project's machines (docs/platform-notes.md): tests/e2e/test_compose*.py
+read the files instead. Values are seen as Compose would see them with an empty shell
 environment (``${VAR:-default}`` gives ``default``).
 """
 
