@@ -51,14 +51,22 @@ def signed_bytes(obj: dict[str, Any]) -> bytes:
 
 
 def _b64(text: Any, size: int) -> bytes | None:
-    """Strict standard base64 of exactly ``size`` bytes, or ``None``."""
+    """Strict, canonical standard base64 of exactly ``size`` bytes, or ``None``.
+
+    Canonical: the text is what ``b64encode`` gives for those bytes. A decoder ignores the
+    unused low bits of the last character, so without this check one signature has several
+    spellings (``...Ag==`` and ``...Ah==``), and a spelling not seen before would pass the
+    replay guard of a signed operator signal, which remembers signatures by their text
+    (found by tests/workflows/test_front_door.py, 2026-12-03: a mutated ``drain`` acted)."""
     if not isinstance(text, str) or len(text) > 2 * size + 8:
         return None
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return None
-    return raw if len(raw) == size else None
+    if len(raw) != size or base64.b64encode(raw).decode() != text:
+        return None
+    return raw
 
 
 def is_public_key(text: Any) -> bool:

@@ -67,3 +67,25 @@ def test_malformed_keys_and_signatures_never_raise(key: Any, sig: Any):
 def test_another_key_fails():
     assert verify(BEAT, BEAT["agent_key"])
     assert not verify(BEAT, public_key_text(new_private_key()))
+
+
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def test_only_the_canonical_spelling_of_a_signature_or_key_verifies():
+    """64 bytes are 86 base64 characters and ``==``: the last character carries 2 bits and 4
+    that decoders ignore. Its other spellings decode to the same signature; they must not
+    verify, or a replayed signed operator signal would pass a guard that remembers
+    signatures by their text. The same for the key (32 bytes: 43 characters and ``=``)."""
+    sig, key = BEAT["sig"], BEAT["agent_key"]
+    assert verify(BEAT, key)
+    last = ALPHABET.index(sig[85])
+    for other in (ALPHABET[last ^ low] for low in range(1, 16)):
+        spelled = sig[:85] + other + "=="
+        assert base64.b64decode(spelled) == base64.b64decode(sig)
+        assert not verify({**BEAT, "sig": spelled}, key)
+    last = ALPHABET.index(key[42])
+    for other in (ALPHABET[last ^ low] for low in range(1, 4)):
+        spelled = key[:42] + other + "="
+        assert base64.b64decode(spelled) == base64.b64decode(key)
+        assert not verify(BEAT, spelled)
