@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check demo bench property chaos clean sysdeps
+.PHONY: run test upgrade check demo bench property chaos clean sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,14 @@ test: $(STAMP) sysdeps
 	echo "---- $(UNIT_TESTS) (exit $$u):"; cat .reaper/test-unit.log; \
 	echo "---- tests/e2e (exit $$e2e)"; \
 	test $$e2e -eq 0 -a $$u -eq 0
+
+# The upgrade promise (tests/e2e/test_upgrade.py): the previous release (releases.toml),
+# exported from this repository's history with `git archive`, runs its controller until work
+# is in flight in every step, then this checkout's controller takes over (stopped first, then
+# serving side by side). Two to three minutes on 2 cores, so a step of its own; `-s` prints
+# each variant's timeline. Needs the repository's history (a clean clone has it).
+upgrade: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -s -m upgrade tests/e2e/test_upgrade.py
 
 # Random timelines through the real workflows against the reference model, many more than in
 # `make test` (REAPER_TIMELINE_EXAMPLES, default here 200; about 3-4 s each).

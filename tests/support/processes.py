@@ -57,10 +57,18 @@ class ControllerProcess(ChildProcess):
         log: Path,
         timings: dict[str, str],
         task_queue: str | None = None,
+        root: Path = ROOT,
     ) -> None:
         """``timings``: ``REAPER_*`` variables (short timings) for the controller;
-        ``task_queue``: another replica's, to share its work (a fresh one when omitted)."""
+        ``task_queue``: another replica's, to share its work (a fresh one when omitted);
+        ``root``: the tree whose ``worker.py`` runs (another release's, exported), with
+        ``root`` as its working directory and first on ``PYTHONPATH``, so that it imports
+        its own ``workflows``, ``activities`` and ``reaper`` before the ones installed in
+        this environment (the checkout under test, installed editable, comes later on
+        ``sys.path``)."""
         self.task_queue = task_queue or f"tq-{uuid.uuid4().hex[:8]}"
+        self.root = root
+        path = os.environ.get("PYTHONPATH")
         self.env = {
             **os.environ,
             # No metrics endpoints unless a test asks (``timings``): controllers of parallel
@@ -73,14 +81,16 @@ class ControllerProcess(ChildProcess):
             "REAPER_TASK_QUEUE": self.task_queue,
             "PYTHONUNBUFFERED": "1",
         }
+        if root != ROOT:
+            self.env["PYTHONPATH"] = os.pathsep.join([str(root), *([path] if path else [])])
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, str(ROOT / "worker.py")],
-                cwd=ROOT,
+                [sys.executable, str(self.root / "worker.py")],
+                cwd=self.root,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
