@@ -42,6 +42,7 @@ by tests/workflows/test_replay.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -301,6 +302,11 @@ async def test_the_current_release_takes_over_the_previous_releases_work(
             dues = await run_scenario(variant, client, pool, lock, old, new, tl, release)
         tl.phase("observations over")
         await verify(client, pool, old, new, observer, dues, variant)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the likeliest cause, if it is one
+            if failed := failed_workflow_tasks(await histories(client, old.task_queue)):
+                print(f"failed workflow tasks: {failed}")
+        raise
     finally:
         print(f"\ntimeline ({variant}; previous {release.name}; current {__version__}):")
         print(tl.render())
@@ -595,6 +601,11 @@ async def verify(
         for h in runs:
             (where / f"{h.workflow_id}-{h.run_id}.json").write_text(h.to_json())
 
+    # First what says most when it fails: no failed workflow task on any workflow (a
+    # nondeterminism shows here), and everything both controllers wrote replays here.
+    assert not (failed := failed_workflow_tasks(runs)), failed
+    assert not (unreplayable := await replay_failures(runs)), unreplayable
+
     def on_time(e: Event, due: float, served_again: float = 0.0) -> None:
         """Not before ``due`` (its transaction started after it), seen by ``due`` plus
         LATE_S, or, if it fell due while no controller served, ``served_again`` plus
@@ -654,10 +665,6 @@ async def verify(
     assert placed.seen <= tl.at(registered.at) + 2 * HEARTBEAT_S + LATE_S, (placed, registered)
     over = {s: n for s, n in observer.max_active.items() if n > observer.desired[s]}
     assert not over, f"services above desired_count: {over}"
-
-    # No failed workflow task on any workflow; everything both wrote replays here.
-    assert not (failed := failed_workflow_tasks(runs)), failed
-    assert not (unreplayable := await replay_failures(runs)), unreplayable
 
     # The old controller did the work before the hand-over, the new one took over its
     # workflows (the fleet monitor and a liveness it had started); in the overlap both
