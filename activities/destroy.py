@@ -19,6 +19,7 @@ from activities.base import EVENT_KIND, ActivityBase, write_events
 from activities.collection import kind_status, seal_refusal
 from activities.tasks import backfill
 from activities.types import DestroyInput, DestroyResult
+from reaper.core import states
 from reaper.core.policy import collection as policy
 
 log = logging.getLogger("reaper.collection")
@@ -57,7 +58,8 @@ class DestroyActivities(ActivityBase):
             if refused is not None:
                 return DestroyResult(refused=refused)
             statement = (sql.WOULD_DESTROY if inp.dry_run else sql.DESTROY)[kind]
-            rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind])
+            args = (states.DESTROYED.value,) if kind == "tasks" and not inp.dry_run else ()
+            rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind], *args)
             destroyed = [r["handle"] for r in rows]
             action = "stopped" if kind == "tasks" else "destroyed"
             await write_events(

@@ -58,18 +58,26 @@ class Timings(BaseModel):
 class KindStatus(BaseModel):
     """What the collector last found for one kind of handle on one worker."""
 
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
     missing: int = 0
     orphans: list[str] = Field(default_factory=list)
     next_due: datetime | None = None
     """UTC time at which the oldest missing handle will have been missing for ``MISSING_TTL``."""
-    orphan_due: datetime | None = None
-    """UTC time at which the oldest reported-but-unknown handle that is not an orphan yet will
-    have been unknown for ``MISSING_TTL`` (it becomes an orphan on the next report then)."""
+    recheck_due: datetime | None = Field(default=None, alias="orphan_due")
+    """UTC time at which the kind's next time rule other than the destroy falls due, on the
+    next report: the oldest reported-but-unknown handle becomes an orphan (``MISSING_TTL``
+    after it was first reported), or the oldest row being created times out
+    (``CREATING_TIMEOUT``); ``reaper.core.policy.time_rules``. On the wire it keeps the
+    name ``orphan_due``, under which release 1.0.0's collectors read it, so a collector of
+    either release keeps the same timer on the same history (CHANGELOG.md)."""
 
     def recheck_at(self) -> datetime | None:
         """When the collector next needs a fresh report of this kind (UTC), or ``None``
         (``policy.collection.recheck_at``)."""
-        return recheck_at(self.next_due, self.orphan_due)
+        return recheck_at(self.next_due, self.recheck_due)
 
 
 class Report(BaseModel):

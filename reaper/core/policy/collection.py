@@ -16,15 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
+from reaper.core import states
 from reaper.core.contract import WorkerState
-
-MARKABLE: dict[str, tuple[str, ...]] = {
-    "containers": ("created", "destroying"),
-    "volumes": ("created", "destroying"),
-    "tasks": ("running",),
-}
-"""Row states that may be marked missing, per kind (rule 2: never ``creating``, never a
-``pending`` task, which its worker has not started yet)."""
+from reaper.core.states import MARKABLE
 
 
 class RowVerdict(str, Enum):
@@ -58,7 +52,7 @@ def report_decides(
         ``None`` if the report decides, else the reason it is skipped.
     """
     state = WorkerState(worker_state) if worker_state is not None else None
-    if state is not WorkerState.running:
+    if state is None or not states.worker(state).decides:
         return f"worker is {state.value if state else 'unknown'}"
     if state_since is not None and taken_at < state_since:
         return f"report taken before the return at {state_since.isoformat()}"
@@ -165,7 +159,7 @@ def destroy_refused(worker_state: WorkerState | str | None, fleet_full: bool) ->
     and nothing is destroyed automatically while the fleet is in full disruption.
     """
     state = WorkerState(worker_state) if worker_state is not None else None
-    if state is not WorkerState.running:
+    if state is None or not states.worker(state).decides:
         return f"worker is {state.value if state else 'unknown'}"
     if fleet_full:
         return "fleet in full disruption"
@@ -187,15 +181,23 @@ def next_due(oldest_mark: datetime | None, missing_ttl: float) -> datetime | Non
     return oldest_mark + timedelta(seconds=missing_ttl)
 
 
-def recheck_at(next_due: datetime | None, orphan_due: datetime | None) -> datetime | None:
+def recheck_at(next_due: datetime | None, recheck_due: datetime | None) -> datetime | None:
     """When the collector next needs a fresh report of a kind without being sent one (UTC):
-    its oldest mark falls due (``next_due``), or its oldest unknown handle becomes an orphan
-    (``orphan_due``: first reported + ``MISSING_TTL``), whichever is first; ``None`` if
-    neither. Until then an unchanged report of unchanged rows needs no diff: whatever else
-    could change the diff, a changed report or changed rows, asks for one itself (README:
-    *Change-driven diffs*), so the time is the last input left."""
-    times = [t for t in (next_due, orphan_due) if t is not None]
+    its oldest mark falls due (``next_due``), or another of its time rules does
+    (``recheck_due``: an unknown handle becomes an orphan, a row being created times out),
+    whichever is first; ``None`` if neither. Until then an unchanged report of unchanged
+    rows needs no diff: whatever else could change the diff, a changed report or changed
+    rows, asks for one itself (the change feed), so the time is the last input left."""
+    times = [t for t in (next_due, recheck_due) if t is not None]
     return min(times) if times else None
+
+
+def creating_due(oldest_creating: datetime | None, creating_timeout: float) -> datetime | None:
+    """When the oldest row of a kind still being created times out (UTC): its creator
+    crashed, and the next reconcile fails and collects it (``CREATING_TIMEOUT``)."""
+    if oldest_creating is None:
+        return None
+    return oldest_creating + timedelta(seconds=creating_timeout)
 
 
 def stuck_creating(
@@ -211,7 +213,7 @@ def stuck_creating(
     ``events`` row (reason ``creating-timeout``), except in full disruption (rule 6).
     Concourse fails containers stuck in ``creating`` the same way.
     """
-    if row_state != "creating" or fleet_full:
+    if row_state not in states.BEING_CREATED or fleet_full:
         return False
     return state_changed_at <= now - timedelta(seconds=creating_timeout)
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
+from reaper.core import states
+
 
 class FleetState(str, Enum):
     """Fleet disruption states, after Kubernetes' zone states (nodelifecycle controller)."""
@@ -115,11 +117,6 @@ def take_reap_token(
     return Bucket(tokens - 1.0, now), None
 
 
-HEALTHY = ("running",)
-UNHEALTHY = ("stalled", "lost")
-"""Worker states counted by rule 6; ``retired`` workers are out of the fleet (§5.1)."""
-
-
 def retire_due(state_since: datetime, retire_after: float) -> datetime:
     """When a ``lost`` worker whose reap is done is retired automatically (UTC)."""
     return state_since + timedelta(seconds=retire_after)
@@ -190,6 +187,8 @@ def is_stray(
     """Whether a task is reaped as a stray: written ``running`` or ``pending`` onto a worker
     that is already lost and reaped, or retired, by a scheduler with a stale view
     (Kubernetes #12545). Not while the fleet is in full disruption (rule 6)."""
-    if task_state not in ("running", "pending") or FleetState(fleet) is FleetState.full:
+    if task_state not in states.ACTIVE_TASKS or FleetState(fleet) is FleetState.full:
         return False
-    return worker_state == "retired" or (worker_state == "lost" and reaped)
+    if worker_state is None or states.worker(worker_state).holds_tasks:
+        return False
+    return states.worker(worker_state).terminal or reaped

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from reaper.core import states
+
 
 def place(candidates: Mapping[str, int], count: int) -> list[str]:
     """Pick workers for ``count`` new tasks, each on the one with the fewest running tasks.
@@ -40,7 +42,7 @@ def deficit(desired: int, active: int, pretend_gone: int = 0) -> int:
 
 def placeable(worker_state: str, draining: bool) -> bool:
     """Whether new work may go to a worker: ``running`` and not draining (rule 5, §5.1)."""
-    return worker_state == "running" and not draining
+    return states.worker(worker_state).placeable and not draining
 
 
 def place_owed(
