@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from reaper.cli.agent import RETIRE_ON_STOP_REASON, Agent
 from reaper.cli.processes import free_port, is_listening
 from reaper.core.contract import RETIRE_SIGNAL, StateView
+from tests.support.cli import reaper, run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
@@ -35,31 +36,8 @@ FAST = dict(
 )
 
 
-def reaper(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run ``reaper ARGS`` in a fresh process; no ``.env`` of the caller leaks in."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "reaper.cli", *args],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(__file__).parent,
-    )
-
-
 def address(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
-
-
-async def run_cli(
-    *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``reaper`` in a thread, so the in-process controller keeps serving meanwhile."""
-    return await asyncio.to_thread(reaper, *args, env=env)
 
 
 async def test_force_reap_of_an_unknown_worker_is_refused(dev_env: WorkflowEnvironment) -> None:
