@@ -173,7 +173,7 @@ class CollectionActivities(ActivityBase):
             orphan_due = policy.next_due(pending, inp.missing_ttl)
             result.status.recheck_due = policy.recheck_at(orphan_due, creating_due)
             if kind == "tasks":
-                reaped = await _column(conn, sql.REAPED_REPORTED_TASKS, worker, states.ENDED_TASKS)
+                reaped = await _column(conn, sql.ORPHANED_TASKS, worker, states.ENDED_TASKS)
                 await _record_orphans(
                     conn,
                     worker,
@@ -237,7 +237,9 @@ class CollectionActivities(ActivityBase):
         held = await conn.fetchval(sql.FLEET_STATE) == "full"
         stuck: list[str] = []
         if not held:
-            statement = (sql.WOULD_STUCK_CREATING if inp.dry_run else sql.STUCK_CREATING)[inp.kind]
+            statement = (sql.WOULD_FAIL_STUCK_CREATING if inp.dry_run else sql.FAIL_STUCK_CREATING)[
+                inp.kind
+            ]
             stuck = await _column(conn, statement, inp.worker, cutoff, states.BEING_CREATED)
         row = await conn.fetchrow(sql.CREATING[inp.kind], inp.worker, states.BEING_CREATED, cutoff)
         due = policy.creating_due(row["upcoming"], inp.creating_timeout)

@@ -132,7 +132,7 @@ NEXT_ORPHAN = (
 )
 """$3 the orphan cutoff: when the oldest unknown handle that is not an orphan yet was first
 reported (it becomes one ``MISSING_TTL`` later; the collector asks for a report then)."""
-DESTROY = {
+REMOVE_MISSING = {
     kind: (
         f"DELETE FROM {table} WHERE worker = $1 AND missing_since IS NOT NULL"
         " AND missing_since <= $2 AND state = ANY($3::text[])"
@@ -140,13 +140,13 @@ DESTROY = {
     )
     for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
 }
-DESTROY["tasks"] = (
+REMOVE_MISSING["tasks"] = (
     "UPDATE reaper.tasks SET state = $4, stop_reason = 'missing', missing_since = NULL"
     " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since <= $2"
     " AND state = ANY($3::text[]) RETURNING id AS handle, service, $2::timestamptz AS missing_since"
 )
 """$4: what a destroy makes of a task (``reaper.core.states.DESTROYED``)."""
-WOULD_DESTROY = {
+WOULD_REMOVE_MISSING = {
     kind: sql.replace("{service}", "t.service" if kind == "tasks" else "NULL::text")
     for kind, sql in dry_marks_per_kind(
         "UPDATE reaper.dry_marks d SET done = true FROM {table} t"
@@ -157,7 +157,7 @@ WOULD_DESTROY = {
 }
 # Rows still being created ($3, ``states.BEING_CREATED``) since $2 or earlier: their creator
 # crashed (CREATING_TIMEOUT).
-STUCK_CREATING = {
+FAIL_STUCK_CREATING = {
     kind: (
         f"DELETE FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
         " AND state_changed_at <= $2 RETURNING handle"
@@ -176,7 +176,7 @@ CREATING = {
 cutoff $3 entered that state (it times out ``CREATING_TIMEOUT`` later,
 ``policy.collection.creating_due``), and how many are past it and still there (held by a
 full disruption)."""
-WOULD_STUCK_CREATING = {
+WOULD_FAIL_STUCK_CREATING = {
     kind: (
         f"SELECT handle FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
         " AND state_changed_at <= $2"
@@ -198,7 +198,7 @@ START_REPORTED_TASKS = (
 )
 """Rule 5: a placed task ($3, ``states.STARTING_TASKS``) becomes ``$2``
 (``states.STARTED``) when its worker reports it."""
-REAPED_REPORTED_TASKS = (
+ORPHANED_TASKS = (
     "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = ANY($2::text[]) AND id " + IN_REPORT
 )
 """Rule 7: reported tasks that are over ($2, ``states.ENDED_TASKS``: reaped or stopped) are

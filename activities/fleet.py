@@ -97,7 +97,7 @@ class FleetActivities(ActivityBase):
         Owed replacements (``pending``, no worker) go to placeable workers (§5.1: within
         ``2 x HEARTBEAT_INTERVAL`` of one becoming available). Tasks a scheduler wrote
         ``running`` or ``pending`` onto a worker that is lost and reaped, or retired, are
-        reaped and replaced (``policy.fleet.is_stray``; Kubernetes #12545), except in full
+        reaped and replaced (:data:`STRAY_HOSTS`; Kubernetes #12545), except in full
         disruption. Nothing happens in a dry run. Idempotent: each change is guarded.
 
         Args:
@@ -115,7 +115,7 @@ class FleetActivities(ActivityBase):
         return UpkeepResult(placed=[*strays, *placed])
 
     async def _reap_strays(self, conn: asyncpg.Connection) -> tuple[list[tuple[str, str]], int]:
-        """Reap stray tasks (``policy.fleet.is_stray``, in SQL) and backfill their services.
+        """Reap stray tasks (:data:`STRAY_HOSTS`) and backfill their services.
 
         Returns the replacements placed (``(task_id, worker)``) and how many strays were reaped.
         """

@@ -4,7 +4,7 @@ A ``WorkerLiveness`` whose history the current code cannot replay fails every wo
 for ever (README, "What the campaigns found": the cause is outside reaper, a task that ran
 with a stale clock after a Temporal restart). The fleet monitor runs
 :meth:`RepairActivities.repair_stuck` at every check: it reads the suspect ``workers``
-rows (``reaper.core.policy.repair.is_suspect``), describes each one's liveness, and resets
+rows (:data:`SUSPECTS`), describes each one's liveness, and resets
 a stuck one (``is_stuck``, and its history fails to replay with a nondeterminism error) to
 the latest workflow task the current code can replay (``latest_replayable``), with its
 later signals reapplied. One ``events`` row (``worker``, ``repaired``) and one log line per
@@ -56,9 +56,10 @@ SUSPECTS = (
     " OR (state = $5 AND state_since < $4)"
     " ORDER BY random() LIMIT $3"
 )
-"""Up to $3 suspect workers (``policy.repair.is_suspect``: state in $1 and last heartbeat
-before $2, or lost ($5) since before $4), in random order, so that suspects which are not stuck
-(an outage grace, a liveness terminated by hand) never starve a stuck one."""
+"""Up to $3 suspect workers: state in $1 and last heartbeat before $2, or lost ($5) since
+before $4 (``policy.repair.suspect_cutoff`` and ``retire_cutoff``), in random order, so that
+suspects which are not stuck (an outage grace, a liveness terminated by hand) never starve a
+stuck one. This statement is the rule; tests/support/rule_models.py models it row by row."""
 
 
 async def find_suspects(

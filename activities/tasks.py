@@ -113,7 +113,7 @@ async def backfill(
 
 
 async def placeable_load(conn: asyncpg.Connection) -> dict[str, int]:
-    """Placeable workers (``policy.placement.placeable``: running, not draining) -> their
+    """Placeable workers (``states.PLACEABLE``, not draining; rule 5, §5.1) -> their
     pending and running task count."""
     return {
         r["name"]: r["load"]

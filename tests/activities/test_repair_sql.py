@@ -8,12 +8,8 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from activities.repair import find_suspects
-from reaper.core.policy.repair import (
-    is_suspect,
-    retire_cutoff,
-    suspect_after,
-    suspect_cutoff,
-)
+from reaper.core.policy.repair import retire_cutoff, suspect_after, suspect_cutoff
+from tests.support.rule_models import is_suspect
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 TIMINGS = (1.0, 3.0, 6.0)  # heartbeat interval, STALL_AFTER, LOST_AFTER (seconds)

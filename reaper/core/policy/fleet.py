@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
-from reaper.core import states
-
 
 class FleetState(str, Enum):
     """Fleet disruption states, after Kubernetes' zone states (nodelifecycle controller)."""
@@ -179,16 +177,3 @@ def retire_is_stale(retire_boot: str | None, current_boot: str | None) -> bool:
         current_boot: the worker's current boot id in its liveness, or ``None`` (never beat).
     """
     return retire_boot is not None and retire_boot != current_boot
-
-
-def is_stray(
-    task_state: str, worker_state: str | None, reaped: bool, fleet: FleetState | str
-) -> bool:
-    """Whether a task is reaped as a stray: written ``running`` or ``pending`` onto a worker
-    that is already lost and reaped, or retired, by a scheduler with a stale view
-    (Kubernetes #12545). Not while the fleet is in full disruption (rule 6)."""
-    if task_state not in states.ACTIVE_TASKS or FleetState(fleet) is FleetState.full:
-        return False
-    if worker_state is None or states.worker(worker_state).holds_tasks:
-        return False
-    return states.worker(worker_state).terminal or reaped

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from reaper.core import states
-
 
 def place(candidates: Mapping[str, int], count: int) -> list[str]:
     """Pick workers for ``count`` new tasks, each on the one with the fewest running tasks.
@@ -38,11 +36,6 @@ def deficit(desired: int, active: int, pretend_gone: int = 0) -> int:
         pretend_gone: tasks a dry run would have taken down, counted as gone.
     """
     return max(desired - active + pretend_gone, 0)
-
-
-def placeable(worker_state: str, draining: bool) -> bool:
-    """Whether new work may go to a worker: ``running`` and not draining (rule 5, §5.1)."""
-    return states.worker(worker_state).placeable and not draining
 
 
 def place_owed(

@@ -84,38 +84,6 @@ def retire_cutoff(now: datetime, heartbeat_interval: float, retire_after: float)
     return now - timedelta(seconds=retire_after + 2 * heartbeat_interval + SUSPECT_SLACK_S)
 
 
-def is_suspect(
-    state: str | None,
-    last_heartbeat_at: datetime | None,
-    now: datetime,
-    heartbeat_interval: float,
-    stall_after: float,
-    lost_after: float,
-    state_since: datetime | None = None,
-    retire_after: float | None = None,
-) -> bool:
-    """Whether a ``workers`` row shows a liveness that should have acted by ``now`` (UTC)
-    and has not: state ``running`` or ``stalled`` with a last heartbeat older than
-    :func:`suspect_after` (it should have judged the worker lost), or ``lost`` since before
-    :func:`retire_cutoff` (it should have retired it). ``activities/repair.py`` selects the
-    same rows in SQL.
-
-    Args:
-        state: ``workers.state`` (``None``: no row).
-        last_heartbeat_at: ``workers.last_heartbeat_at`` (UTC), ``None`` if never set.
-        state_since: ``workers.state_since`` (UTC).
-        retire_after: ``REAPER_RETIRE_AFTER``, seconds (``None``: lost rows never suspect).
-    """
-    if state == WorkerState.lost.value:
-        if state_since is None or retire_after is None:
-            return False
-        return state_since < retire_cutoff(now, heartbeat_interval, retire_after)
-    if state not in REPAIRABLE_STATES or last_heartbeat_at is None:
-        return False
-    cutoff = suspect_cutoff(now, heartbeat_interval, stall_after, lost_after)
-    return last_heartbeat_at < cutoff
-
-
 def is_stuck(running: bool, attempt: int, failures_in_a_row: int = 0) -> bool:
     """Whether a suspect liveness's run may be stuck: still running, and its workflow tasks
     failing: a pending task that has failed at least :data:`STUCK_ATTEMPTS` - 1 times
