@@ -52,7 +52,8 @@ async def test_the_minimal_reproduction_shows_the_stale_clock(dev_env) -> None:
     assert code == 0 and "replay: the history replays" in out, out
     for race in ("timer", "beat"):
         code, out = results[race]
-        # The racing query's answer: the workflow woke with no time passed since it armed
-        # its 2 s timer (the previous task's clock), and decided to wait again.
-        assert "the racing query answered: ['woke 0.000 s after" in out, out
+        # The racing query's answer ends with a wake-up at no time passed since the workflow
+        # armed its 2 s timer (the previous task's clock), after which it waits again.
+        answer = next(line for line in out.splitlines() if "racing query answered" in line)
+        assert answer.endswith("]") and "'woke 0.000 s after" in answer.rsplit(", ", 1)[-1], out
         assert code == 1 and "[TMPRL1100] Nondeterminism error" in out, out
