@@ -1,7 +1,7 @@
-"""Repair of a stuck liveness: the controller does what the README's manual remedy says.
+"""Repair of a stuck liveness: the controller does what the stuck-liveness runbook says.
 
 A ``WorkerLiveness`` whose history the current code cannot replay fails every workflow task
-for ever (README, "What the campaigns found": the cause is outside reaper, a task that ran
+for ever (docs/stale-clock.md: the cause is outside reaper, a task that ran
 with a stale clock after a Temporal restart). The fleet monitor runs
 :meth:`RepairActivities.repair_stuck` at every check: it reads the suspect ``workers``
 rows (:data:`SUSPECTS`), describes each one's liveness, and resets
@@ -11,7 +11,7 @@ later signals reapplied. One ``events`` row (``worker``, ``repaired``) and one l
 reset.
 
 The replay is injected (``activities.diagnosis.ReplayCheck``), because this package may not
-import the workflows (import layers, README "Architecture"): ``worker.py`` builds it from
+import the workflows (import layers, docs/architecture.md): ``worker.py`` builds it from
 ``workflows.ALL_WORKFLOWS`` and the pydantic data converter.
 
 Resetting re-runs what the liveness did after the reset point. That is safe: every activity

@@ -1,7 +1,7 @@
 """Repair policy: which livenesses are suspect, when one is stuck, where it may be reset.
 
 A safety net for a fault outside reaper: a ``WorkerLiveness`` whose history no replica can
-replay (README, "What the campaigns found": a workflow task that ran with a stale
+replay (docs/stale-clock.md: a workflow task that ran with a stale
 ``workflow.now()`` after a Temporal restart). Every later workflow task of that run fails
 with a nondeterminism error, the worker is never judged ``lost`` and its tasks never reaped
 (CONTRACT.md rules 5 and 8). The remedy is the operator's: reset the run to the last
@@ -27,7 +27,7 @@ TIMER_SLACK_S = 0.25
 
 SUSPECT_SLACK_S = 10.0
 """Beyond the contract's bounds: one workflow task and one ``record_worker_state`` attempt
-on a loaded controller (a few seconds on two cores at load 12, README "A starved
+on a loaded controller (a few seconds on two cores at load 12, docs/chaos.md "A starved
 controller"). A liveness older than the bound by less than this may only be slow. The
 bound only decides which livenesses are looked at (one ``describe`` each); what decides a
 repair is :func:`is_stuck` and a replay that fails, so a low bound costs calls, not safety."""
