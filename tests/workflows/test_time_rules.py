@@ -217,6 +217,9 @@ async def _destroy_retry(env: WorkflowEnvironment, pool: asyncpg.Pool) -> None:
         await fleet.beat(w, containers=["c-1", "c-2"])
         for o in (b, c):
             await fleet.beat(o)
+        # b and c fall silent now: stalled (2 of 3 unhealthy: full disruption) well
+        # before c-2, dropped one interval later, falls due.
+        await fleet.advance(HB, beating={w: {"containers": ["c-1", "c-2"]}})
         await fleet.beat(w, containers=["c-1"])
         due = (await rows(pool, "containers", w))["c-2"] + timedelta(seconds=TTL)
         alone: dict[str, dict[str, Any]] = {w: {"containers": ["c-1"]}}

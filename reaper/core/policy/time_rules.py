@@ -11,7 +11,7 @@ rule without one).
 Three owners keep timers:
 
 - ``WorkerLiveness`` (one per worker): one deadline timer for the earliest of its rules
-  (``workflows/clock.py`` ``LivenessClock.next_deadline``).
+  (``liveness_machine.next_deadline``).
 - ``HandleCollector`` (one per worker): per kind, the earliest of its rules
   (``KindStatus.recheck_at``); when it falls due it asks the liveness for the next report,
   and the rule is applied on that report (rule 4: a destroy needs fresh evidence).
@@ -103,7 +103,7 @@ TIME_RULES: tuple[TimeRule, ...] = (
         "a refused reap's retry time: the fleet's fresh LOST_AFTER after a full disruption"
         " (rule 6), a reap token (REAPER_REAP_RATE), STALL_AFTER after a disruption refusal",
         "the reap is tried again",
-        "workflows/clock.py LivenessClock.next_deadline (reap_retry_at)",
+        "liveness_machine.next_deadline (reap_retry_at)",
         _deadline,
     ),
     TimeRule(
@@ -111,7 +111,7 @@ TIME_RULES: tuple[TimeRule, ...] = (
         LIVENESS,
         "state_since of a lost worker whose reap is done + RETIRE_AFTER",
         "the worker is retired automatically (§5.1)",
-        "workflows/clock.py LivenessClock.retire_due",
+        "liveness_machine.automatic_retire_due",
         _deadline,
     ),
     TimeRule(
@@ -119,7 +119,7 @@ TIME_RULES: tuple[TimeRule, ...] = (
         LIVENESS,
         "a refused automatic retirement's retry time (STALL_AFTER later, or when due)",
         "the retirement is tried again",
-        "workflows/clock.py LivenessClock.next_deadline (retire_retry_at)",
+        "liveness_machine.next_deadline (retire_retry_at)",
         _deadline,
     ),
     TimeRule(
