@@ -129,9 +129,8 @@ class Podman:
             except Exception:
                 pass
             if self.services[name].poll() is not None or time.monotonic() > give_up:
-                raise RuntimeError(
-                    f"podman system service did not answer: {(self.dir / f'{name}.log').read_text()}"
-                )
+                log_text = (self.dir / f"{name}.log").read_text()
+                raise RuntimeError(f"podman system service did not answer: {log_text}")
             time.sleep(0.05)
 
     def signal_service(self, name: str, sig: int) -> None:

@@ -5,9 +5,9 @@ followed.
 docker-py (the ``docker`` package, pinned in pyproject.toml) is the Docker project's own
 Python client: it speaks the Engine API over a unix socket and maps errors to
 ``docker.errors`` (``NotFound``, ``APIError`` with the status); the API version is
-negotiated here (:func:`negotiate`). It is synchronous, so each call runs in :func:`asyncio.to_thread` under
-:func:`asyncio.wait_for`; the client's own HTTP timeout is the same, so a thread left behind
-by a timed-out call ends soon after.
+negotiated here (:func:`negotiate`). It is synchronous, so each call runs in
+:func:`asyncio.to_thread` under :func:`asyncio.wait_for`; the client's own HTTP timeout is
+the same, so a thread left behind by a timed-out call ends soon after.
 
 An engine is *up* while it answers, with data or with a client error (404, 409: answers
 about one object); it is *down* when it cannot be reached, times out, or answers a server
