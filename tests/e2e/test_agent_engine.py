@@ -9,6 +9,8 @@ sysdeps`` installs them) or the tests do not run as root.
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,13 +23,24 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from reaper.cli.agent_metrics import AgentMetrics
 from reaper.cli.processes import free_port
+from reaper.cli.runtimes.docker import DockerRuntime
+from reaper.cli.runtimes.engine import Engine
 from reaper.cli.runtimes.labels import HANDLE_LABEL, TASK_LABEL, WORKER_LABEL
+from reaper.cli.runtimes.templates import Templates
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
 from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings
-from tests.support.engine import Podman, cannot_run, run, state_of, volume_exists
+from tests.support.engine import (
+    FaultyProxy,
+    Podman,
+    cannot_run,
+    run,
+    state_of,
+    volume_exists,
+)
 from tests.support.heartbeats import query_state
 from tests.support.paths import ROOT
 from tests.support.polling import eventually
@@ -354,3 +367,169 @@ async def test_engine_starts_tasks_from_templates_and_removes_a_reaped_tasks_obj
             agent.stop()
             others.__exit__()
             tl.show("timeline (tasks, a reaped task's objects):")
+
+
+async def test_engine_outages_lose_nothing_and_remove_nothing(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, podman: Podman, tmp_path: Path
+) -> None:
+    """The engine's service stopped (its socket gone), killed (a stale socket: connection
+    refused) and hung (SIGSTOP: every call times out), each for longer than MISSING_TTL: the
+    agent keeps heartbeating liveness only, nothing is marked missing or destroyed, its
+    containers run on; one log line per change; complete reports resume when the engine
+    answers again."""
+    client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
+    w = f"eng-{uuid.uuid4().hex[:6]}"
+    url = podman.start_service("outage")
+    api = podman.api("api")
+    mine = {WORKER_LABEL: w}
+    vol = api.create_volume(f"{w}-v-1", labels={**mine, HANDLE_LABEL: "v-1"})["Name"]
+    c1 = run(api, {**mine, HANDLE_LABEL: "c-1"}, binds={vol: {"bind": "/data"}})
+    for table, h in (("containers", "c-1"), ("volumes", "v-1")):
+        await pool.execute(
+            f"INSERT INTO reaper.{table} (handle, worker, state) VALUES ($1, $2, 'created')", h, w
+        )
+    agent = agent_process(dev_env, tq, w, url, tmp_path / "agent.log")
+    tl = Timeline()
+
+    async def beats_while_down(what: str, down_lines: int) -> None:
+        """Wait for the agent's ``down_lines``-th "not answering" line, then for 5 more
+        accepted beats (more than MISSING_TTL): nothing may be marked meanwhile."""
+        await eventually(
+            lambda: asyncio.to_thread(agent.messages, "not answering"),
+            lambda m: len(m) >= down_lines,
+            timeout=30,
+            what=f"the agent noticing the engine {what}",
+        )
+        tl.mark(f"agent logs the engine not answering ({what})")
+        seq = (await query_state(client, w)).last_seq or 0
+        view = await eventually(
+            lambda: _view(client, w),
+            lambda v: v is not None and (v.last_seq or 0) >= seq + 5,
+            timeout=30,
+            poll=0.3,
+            what="5 more beats while the engine is down",
+        )
+        tl.mark(f"5 liveness-only beats accepted while the engine is {what}")
+        assert view is not None and view.state == "running" and view.missing == 0, view
+        marked = await pool.fetchval(
+            "SELECT count(*) FROM (SELECT missing_since FROM reaper.containers WHERE worker = $1"
+            " UNION ALL SELECT missing_since FROM reaper.volumes WHERE worker = $1) r"
+            " WHERE missing_since IS NOT NULL",
+            w,
+        )
+        assert marked == 0, f"a row was marked missing while the engine was {what}"
+
+    async def answers_again(n: int) -> None:
+        await eventually(
+            lambda: asyncio.to_thread(agent.messages, "answers again"),
+            lambda m: len(m) >= n,
+            timeout=30,
+            what="the agent seeing the engine answer again",
+        )
+        tl.mark("agent logs the engine answering again")
+
+    async with controller(client, pool, make_settings(**TIMINGS), tq):
+        agent.start()
+        tl.mark("agent started")
+        try:
+            await eventually(
+                lambda: _view(client, w),
+                lambda v: (
+                    v is not None
+                    and v.report_digests.get("containers") == report_digest(["c-1"])
+                    and v.report_digests.get("volumes") == report_digest(["v-1"])
+                ),
+                timeout=30,
+                poll=0.3,
+                what="the first complete report",
+            )
+            tl.mark("first complete report held")
+
+            podman.stop_service("outage")
+            tl.mark("engine service stopped (SIGTERM: its socket removed)")
+            await beats_while_down("stopped, no socket", 1)
+            podman.start_service("outage")
+            tl.mark("engine service started again")
+            await answers_again(1)
+
+            podman.kill_service("outage")
+            tl.mark("engine service killed (SIGKILL: a stale socket, connection refused)")
+            await beats_while_down("killed", 2)
+            podman.start_service("outage")
+            tl.mark("engine service started again")
+            await answers_again(2)
+
+            podman.signal_service("outage", signal.SIGSTOP)
+            tl.mark("engine service hung (SIGSTOP: every call times out)")
+            await beats_while_down("hung", 3)
+            podman.signal_service("outage", signal.SIGCONT)
+            tl.mark("engine service resumed (SIGCONT)")
+            await answers_again(3)
+
+            # Nothing was lost or removed; one line per change.
+            assert await asyncio.to_thread(state_of, api, c1) == "running"
+            assert await asyncio.to_thread(volume_exists, api, vol)
+            assert len(agent.messages("not answering")) == 3
+            assert len(agent.messages("answers again")) == 3
+            assert not await pool.fetchval(
+                "SELECT count(*) FROM reaper.events WHERE worker = $1 AND action = 'destroyed'", w
+            )
+            # Complete reports again: a container removed now is destroyed after the TTL.
+            await asyncio.to_thread(api.remove_container, c1, force=True)
+            tl.mark("c-1 removed by hand")
+            await eventually(
+                lambda: pool.fetchval(
+                    "SELECT count(*) FROM reaper.containers WHERE worker = $1", w
+                ),
+                lambda n: n == 0,
+                timeout=30,
+                what="c-1's row destroyed",
+            )
+            tl.mark("c-1's row destroyed")
+            assert await pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE worker = $1", w)
+        finally:
+            agent.stop()
+            podman.stop_service("outage")
+            tl.show("timeline (engine outages):")
+
+
+async def test_engine_errors_and_slow_answers_are_never_empty_lists(
+    podman: Podman, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The docker runtime behind a proxy that answers HTTP 500s, then answers late: its
+    inventory is ``None`` per kind (never ``[]``), one log line per change; a 500 to one
+    object's call is that object's failure, not the engine's."""
+    w = f"eng-{uuid.uuid4().hex[:6]}"
+    api = podman.api("api")
+    c = run(api, {WORKER_LABEL: w, HANDLE_LABEL: "c-1"})
+    proxy = FaultyProxy(podman.socket("api"), tmp_path / "proxy.sock", delay=3.0)
+    await proxy.start()
+    metrics = AgentMetrics()
+    runtime = DockerRuntime(w, Engine(proxy.url, 1.0, metrics), Templates(None), 1, metrics)
+    caplog.set_level(logging.INFO, "reaper.agent")
+    full = {"containers": ["c-1"], "volumes": [], "tasks": []}
+    none = {"containers": None, "volumes": None, "tasks": None}
+    try:
+        assert await runtime.inventory() == full
+        proxy.switch("error")
+        assert await runtime.inventory() == none
+        assert await runtime.inventory() == none
+        assert not await runtime.remove("containers", "c-1")
+        assert runtime.engine.up is False
+        proxy.switch("pass")
+        assert await runtime.inventory() == full
+        proxy.switch("slow")
+        began = time.monotonic()
+        assert await runtime.inventory() == none
+        assert time.monotonic() - began < 3.0  # one deadline for both lists
+        proxy.switch("pass")
+        assert await runtime.inventory() == full
+        down = [r.getMessage() for r in caplog.records if "not answering" in r.getMessage()]
+        again = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+        assert len(down) == 2 and len(again) == 2, down + again
+        assert "HTTP 500" in down[0] and "no answer within" in down[1], down
+        assert await asyncio.to_thread(state_of, api, c) == "running"
+    finally:
+        await runtime.close()
+        await proxy.close()
+        await asyncio.to_thread(api.remove_container, c, force=True)

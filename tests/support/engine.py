@@ -13,6 +13,7 @@ Containers made here use what this machine needs: runtime ``runc``, network ``no
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -138,7 +139,8 @@ class Podman:
         self.services[name].send_signal(sig)
 
     def stop_service(self, name: str = "api") -> None:
-        """Stop service ``name`` by its pid (its containers keep running: conmon holds them)."""
+        """Stop service ``name`` by its pid (SIGTERM: it removes its socket; its containers
+        keep running, conmon holds them)."""
         proc = self.services.pop(name, None)
         if proc is None or proc.poll() is not None:
             return
@@ -149,6 +151,13 @@ class Podman:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+    def kill_service(self, name: str) -> None:
+        """SIGKILL service ``name``, as a crash: its socket file stays, and nothing listens
+        on it (connection refused)."""
+        proc = self.services.pop(name)
+        proc.kill()
+        proc.wait(10)
 
     def api(self, name: str = "api", timeout: float = 20) -> APIClient:
         """A docker-py client of service ``name``."""
@@ -210,3 +219,71 @@ def volume_exists(api: APIClient, name: str) -> bool:
         return True
     except docker.errors.NotFound:
         return False
+
+
+class FaultyProxy:
+    """A unix-socket proxy in front of a real engine's socket that a test switches between
+    ``pass`` (bytes go through), ``error`` (every request answered ``500``) and ``slow``
+    (each connection held ``delay`` seconds before it goes through). A switch closes the
+    open connections, so the client's pooled ones see it at once."""
+
+    def __init__(self, upstream: Path, path: Path, delay: float = 3.0) -> None:
+        self.upstream, self.path, self.delay = upstream, path, delay
+        self.mode = "pass"
+        self.server: asyncio.AbstractServer | None = None
+        self._open: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.path}"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+
+    def switch(self, mode: str) -> None:
+        self.mode = mode
+        for w in list(self._open):
+            w.close()
+        self._open.clear()
+
+    async def close(self) -> None:
+        self.switch("pass")
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
+        try:
+            if self.mode == "error":
+                await reader.readuntil(b"\r\n\r\n")
+                body = b'{"message": "injected fault"}'
+                writer.write(
+                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+                return
+            if self.mode == "slow":
+                await asyncio.sleep(self.delay)
+            up_reader, up_writer = await asyncio.open_unix_connection(str(self.upstream))
+            self._open.add(up_writer)
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            self._open.discard(writer)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until EOF, then close ``writer``."""
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    except OSError:
+        pass
+    finally:
+        writer.close()
