@@ -20,10 +20,10 @@ from reaper.cli.app import (
     STATE_DIR_OPTION,
     CliError,
     app,
+    connection_settings_from,
     console,
     exit_now,
     fail,
-    settings_from,
 )
 from reaper.cli.commands.workers import find_database_url
 
@@ -104,7 +104,7 @@ def try_scheduler(
     try:
         if count < 1:
             raise CliError("--count must be at least 1", code=2)
-        settings = settings_from(database_url=database_url, state_dir=state_dir)
+        settings = connection_settings_from(database_url=database_url, state_dir=state_dir)
         url = find_database_url(settings)
         if url is None:
             raise CliError(
