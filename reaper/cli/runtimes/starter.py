@@ -1,12 +1,16 @@
 """Starting an assigned task on an engine from its service's template (:mod:`.templates`).
 
 A task is started once: its volumes (unless there), then its container, labelled for the
-worker, the task and the handles the template names. A task that has a container already,
-in any state, is not started again (a container that exited stays for the operator to
-look at), except that one left ``created`` by an interrupted start is started. A task whose
-template is missing or invalid, or that the engine refuses (an image not on the host), is
-logged and counted once (``reaper_agent_task_start_failures_total``), and nothing else
-happens: it stays ``pending`` until a template appears or the scheduler moves it.
+worker and the task (``reaper.worker``, ``reaper.task``) but with no handle: a task's
+objects are reported as the task, and go with it when it is an orphan. (Labelled as
+handles they would need rows in ``containers`` and ``volumes``, which nobody writes for the
+replacements reaper places: each would be an orphan after ``MISSING_TTL``.) A task that
+has a container already, in any state, is not started again (a container that exited
+stays for the operator to look at), except that one left ``created`` by an interrupted
+start is started. A task whose template is missing or invalid, or that the engine refuses
+(an image not on the host), is logged and counted once
+(``reaper_agent_task_start_failures_total``), and nothing else happens: it stays
+``pending`` until a template appears or the scheduler moves it.
 """
 
 from __future__ import annotations
@@ -68,7 +72,11 @@ class TaskStarter:
                 reason = "missing-template" if "no template" in str(exc) else "bad-template"
                 self._not_start(task_id, service, reason, str(exc))
                 return False
-            ref = await self._create(task_id, service, template)
+            try:
+                ref = await self._create(task_id, service, template)
+            except TemplateError as exc:
+                self._not_start(task_id, service, "bad-template", str(exc))
+                return False
             await self.engine.call("start container", APIClient.start, ref)
         except EngineDown:
             return False
@@ -89,27 +97,31 @@ class TaskStarter:
         return True
 
     async def _create(self, task_id: str, service: str, t: Template) -> str:
-        """Create the task's volumes (unless there) and its container; the container's id."""
-        binds: dict[str, Mapping[str, str]] = {}
-        have = {
-            v.handle: v.ref
-            for v in await owned_volumes(self.engine, self.worker)
-            if v.task == task_id
+        """Create the task's volumes (unless there) and its container, each labelled with
+        the worker and the task only (no handle: they are reported as the task, and go
+        with it); the container's id.
+
+        Raises:
+            TemplateError: a name the template makes for this task is not one the engine
+                takes.
+        """
+        names = {
+            engine_name(fill(pattern, task_id, service, self.worker)): path
+            for pattern, path in t.volumes.items()
         }
-        for pattern, path in t.volumes.items():
-            volume = fill(pattern, task_id, service, self.worker)
-            name = have.get(volume, "")
-            if not name:
-                made = await self.engine.call(
+        container = engine_name(fill(t.name, task_id, service, self.worker)) if t.name else None
+        binds: dict[str, Mapping[str, str]] = {}
+        have = {v.ref for v in await owned_volumes(self.engine, self.worker) if v.task == task_id}
+        for name, path in names.items():
+            if name not in have:
+                await self.engine.call(
                     "create volume",
                     APIClient.create_volume,
-                    name=_name(volume),
-                    labels=labels_for(self.worker, handle=volume, task=task_id),
+                    name=name,
+                    labels=labels_for(self.worker, task=task_id),
                 )
-                name = made["Name"]
             binds[name] = {"bind": path, "mode": "rw"}
-        handle = fill(t.handle, task_id, service, self.worker) if t.handle else None
-        labels = {**t.labels, **labels_for(self.worker, handle=handle, task=task_id)}
+        labels = {**t.labels, **labels_for(self.worker, task=task_id)}
         env = {k: fill(v, task_id, service, self.worker) for k, v in t.env.items()}
 
         def create(api: APIClient) -> Any:
@@ -119,7 +131,7 @@ class TaskStarter:
                 command=t.command,
                 environment=env or None,
                 labels=labels,
-                name=_name(handle) if handle else None,
+                name=container,
                 host_config=host,
             )
 
@@ -141,13 +153,17 @@ class TaskStarter:
         )
 
 
-def _name(handle: str) -> str | None:
-    """An engine name for an object of ``handle``: the handle itself when the engine takes
-    it as a name (``[a-zA-Z0-9][a-zA-Z0-9_.-]*``, at most 128 characters), else ``None``
-    (the engine picks one; the label still carries the handle)."""
-    ok = handle[:1].isalnum() and len(handle) <= 128
-    ok = ok and all(ch.isascii() and (ch.isalnum() or ch in "_.-") for ch in handle)
-    return handle if ok else None
+def engine_name(text: str) -> str:
+    """``text`` if Docker and Podman take it as a container or volume name
+    (``[a-zA-Z0-9][a-zA-Z0-9_.-]*``, at most 128 characters here).
+
+    Raises:
+        TemplateError: they do not (a task id with other characters, say).
+    """
+    ok = text[:1].isascii() and text[:1].isalnum() and len(text) <= 128
+    if ok and all(ch.isascii() and (ch.isalnum() or ch in "_.-") for ch in text):
+        return text
+    raise TemplateError(f"{text!r} is not a name the engine takes ([a-zA-Z0-9][a-zA-Z0-9_.-]*)")
 
 
 def _host_options(t: Template) -> dict[str, Any]:

@@ -45,9 +45,9 @@ class Limits(BaseModel):
 
 
 class Template(BaseModel):
-    """One service's template (``<service>.toml``). In strings of ``env``, ``handle`` and the
-    keys of ``volumes``, ``{task}``, ``{service}`` and ``{worker}`` are replaced by the task's
-    id, its service and the agent's worker."""
+    """One service's template (``<service>.toml``). In the values of ``env``, in ``name``
+    and in the keys of ``volumes``, ``{task}``, ``{service}`` and ``{worker}`` are replaced
+    by the task's id, its service and the agent's worker."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -58,12 +58,11 @@ class Template(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     """Labels added to the container; reaper's own (``reaper.*``) are set by the agent."""
-    handle: str | None = None
-    """The container's handle (reported under ``containers``), e.g. ``"{task}-c"``; without
-    it the container is reported only as its task."""
+    name: str | None = None
+    """The container's name, e.g. ``"{task}"``; the engine picks one when omitted."""
     volumes: dict[str, str] = Field(default_factory=dict)
-    """Named volumes created for the task: volume handle (reported under ``volumes``) ->
-    path in the container, e.g. ``{"{task}-v" = "/data"}``."""
+    """Named volumes created for the task (or reused, if the task has them): name -> path
+    in the container, e.g. ``{"{task}-data" = "/data"}``."""
     runtime: str | None = None
     """The engine's OCI runtime (``runc``, ``crun``); the engine's default when omitted."""
     network: str | None = None
