@@ -172,7 +172,22 @@ class Podman:
                 self.podman(*args)
             except Exception:
                 pass
+        # conmon runs `podman ... container cleanup` after each container's end, on this
+        # store: let those finish first, or they recreate its lock files once it is gone.
+        give_up = time.monotonic() + 15
+        while time.monotonic() < give_up and self._helpers():
+            time.sleep(0.1)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _helpers(self) -> list[int]:
+        """Pids of processes that still use this store (conmon, podman cleanups)."""
+        import psutil
+
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if any(str(self.dir) in arg for arg in proc.info["cmdline"] or ()):
+                found.append(proc.info["pid"])
+        return found
 
 
 def run(
