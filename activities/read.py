@@ -204,6 +204,27 @@ async def running_tasks_on(db: Db, worker: str) -> list[str]:
     return [r["id"] for r in rows]
 
 
+class PlacedTask(NamedTuple):
+    """A ``pending`` or ``running`` task and where it is placed (``worker`` ``None``: owed)."""
+
+    id: str
+    service: str | None
+    worker: str | None
+    state: str
+    since: datetime
+
+
+async def active_tasks(db: Db) -> list[PlacedTask]:
+    """Every ``pending`` or ``running`` task with its worker and since when it is in its
+    state, by worker (owed ones last), then id."""
+    rows = await db.fetch(
+        "SELECT id, service, worker, state, COALESCE(state_changed_at, created_at)"
+        " FROM reaper.tasks WHERE state IN ('pending', 'running')"
+        " ORDER BY worker NULLS LAST, id"
+    )
+    return [PlacedTask(*r.values()) for r in rows]
+
+
 # ---- the events timeline (``reaper events``) ---------------------------------------------
 
 

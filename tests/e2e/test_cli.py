@@ -68,7 +68,7 @@ async def test_retire_and_undrain_of_an_unknown_worker_are_refused(
 def test_bad_configuration_names_the_variable() -> None:
     out = reaper("run", "--heartbeat-interval", "10s", "--stall-after", "15s")
     assert out.returncode == 2, out
-    assert "REAPER_STALL_AFTER" in out.stderr
+    assert "--stall-after must be at least 2 * --heartbeat-interval" in out.stderr, out
     out = reaper("agent", "--worker", "w 1", "--state-dir", "/tmp/x")
     assert out.returncode == 1 and "--worker" in out.stderr, out
 
