@@ -25,12 +25,16 @@ run: $(STAMP)
 # Debian packages the tests need: promtool (the prometheus package) for the alert-rule
 # tests, RUNLEVEL=1 keeping the package's service from being started; chromium for the Web
 # UI test (tests/e2e/test_web_ui.py drives /usr/bin/chromium with Playwright, which then
-# downloads no browser of its own).
+# downloads no browser of its own); podman, runc and busybox-static for the agent's engine
+# tests (tests/e2e/test_agent_engine.py: real containers through Podman's Docker API, from
+# an image imported from the static busybox, since no registry is reachable).
 sysdeps:
 	command -v promtool >/dev/null || \
 		(apt-get update -qq && RUNLEVEL=1 apt-get install -y -qq prometheus >/dev/null)
 	command -v chromium >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	(command -v podman && command -v runc && dpkg -s busybox-static) >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq podman runc busybox-static >/dev/null)
 
 # Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
@@ -65,7 +69,7 @@ property: $(STAMP)
 	REAPER_TIMELINE_EXAMPLES=$${REAPER_TIMELINE_EXAMPLES:-200} \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/workflows/test_property.py
 
-# A chaos campaign against its own stack (README: Chaos campaign): SEED and ROUNDS choose it;
+# A chaos campaign against its own stack (docs/chaos.md): SEED and ROUNDS choose it;
 # the last line counts rounds, kills, destroys, reaps and violations (exit 1 on a violation).
 chaos: $(STAMP)
 	$(BIN)/python -m chaos --seed $${SEED:-7} --rounds $${ROUNDS:-200}

@@ -88,7 +88,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             # metric 6).
             max_cached_workflows=10_000,
             # Replicas share the task queue; a workflow cached on a replica that died moves
-            # to another one after this long (README: "Several controllers").
+            # to another one after this long (docs/operator-guide.md: "Several controllers").
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),
         )
         log.info(

@@ -23,6 +23,7 @@ from activities.types import (
     ReconcileResult,
     SealedReport,
 )
+from reaper.core import states
 from reaper.core.models import KindStatus
 from reaper.core.policy import collection as policy
 
@@ -121,7 +122,13 @@ class CollectionActivities(ActivityBase):
                 return ReconcileResult(skipped=f"staged report {inp.staged_id} is gone")
             result = ReconcileResult()
             if kind == "tasks" and not dry:
-                result.started = await _column(conn, sql.START_REPORTED_TASKS, worker)
+                result.started = await _column(
+                    conn,
+                    sql.START_REPORTED_TASKS,
+                    worker,
+                    states.STARTED.value,
+                    states.STARTING_TASKS,
+                )
             # The report is an array parameter, which the planner guesses at 10 rows: left to
             # itself it diffs a 100,000-handle report by nested loop, O(rows x handles).
             # Hash joins while the worker's rows are diffed against the report; index probes
@@ -144,9 +151,9 @@ class CollectionActivities(ActivityBase):
                     dry_run=True,
                     dedupe=[f"mark:{worker}:{kind}:{h}:{inp.taken_at.isoformat()}" for h in marked],
                 )
-            stuck = 0
+            stuck, creating_due = 0, None
             if kind != "tasks":
-                stuck = await self._collect_stuck_creating(conn, inp)
+                stuck, creating_due = await self._fail_stuck_creating(conn, inp)
             cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
             result.status = await kind_status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
@@ -163,10 +170,10 @@ class CollectionActivities(ActivityBase):
             )
             orphans = [r["handle"] for r in unknown]
             pending = await conn.fetchval(sql.NEXT_ORPHAN, worker, kind, cutoff)
-            if pending is not None:
-                result.status.orphan_due = pending + timedelta(seconds=inp.missing_ttl)
+            orphan_due = policy.next_due(pending, inp.missing_ttl)
+            result.status.recheck_due = policy.recheck_at(orphan_due, creating_due)
             if kind == "tasks":
-                reaped = await _column(conn, sql.REAPED_REPORTED_TASKS, worker)
+                reaped = await _column(conn, sql.ORPHANED_TASKS, worker, states.ENDED_TASKS)
                 await _record_orphans(
                     conn,
                     worker,
@@ -175,7 +182,9 @@ class CollectionActivities(ActivityBase):
                     "reported but reaped (rule 7)",
                 )
                 orphans = sorted({*orphans, *reaped})
-                result.assignments = await _column(conn, sql.ASSIGNMENTS, worker)
+                result.assignments = await _column(
+                    conn, sql.ASSIGNMENTS, worker, states.STARTING_TASKS
+                )
             result.status.orphans = orphans
         if not dry:
             metrics.count_destroyed(kind, stuck)
@@ -211,14 +220,33 @@ class CollectionActivities(ActivityBase):
         result.marked = len(marked)
         return marked
 
-    async def _collect_stuck_creating(self, conn: asyncpg.Connection, inp: ReconcileInput) -> int:
-        """Delete rows stuck in ``creating`` (``policy.stuck_creating``), with events; returns
-        how many."""
-        if await conn.fetchval(sql.FLEET_STATE) == "full":
-            return 0
+    async def _fail_stuck_creating(
+        self, conn: asyncpg.Connection, inp: ReconcileInput
+    ) -> tuple[int, datetime | None]:
+        """Fail and collect the rows still being created ``CREATING_TIMEOUT`` after they
+        entered that state (their creator crashed; Concourse fails such containers too):
+        deleted, one ``destroyed`` event each (reason ``creating-timeout``), except in full
+        disruption (rule 6).
+
+        Returns:
+            How many were collected, and when the next one falls due (UTC), if any: the
+            oldest row still being created times out then; rows a full disruption held are
+            looked at again ``STALL_AFTER`` later (as a refused destroy is).
+        """
         cutoff = inp.taken_at - timedelta(seconds=inp.creating_timeout)
-        statement = (sql.WOULD_STUCK_CREATING if inp.dry_run else sql.STUCK_CREATING)[inp.kind]
-        stuck = await _column(conn, statement, inp.worker, cutoff)
+        held = await conn.fetchval(sql.FLEET_STATE) == "full"
+        stuck: list[str] = []
+        if not held:
+            statement = (sql.WOULD_FAIL_STUCK_CREATING if inp.dry_run else sql.FAIL_STUCK_CREATING)[
+                inp.kind
+            ]
+            stuck = await _column(conn, statement, inp.worker, cutoff, states.BEING_CREATED)
+        row = await conn.fetchrow(sql.CREATING[inp.kind], inp.worker, states.BEING_CREATED, cutoff)
+        due = policy.creating_due(row["upcoming"], inp.creating_timeout)
+        if held and row["overdue"]:
+            due = policy.recheck_at(
+                due, inp.taken_at + timedelta(seconds=self.settings.stall_after)
+            )
         await write_events(
             conn,
             inp.worker,
@@ -229,7 +257,7 @@ class CollectionActivities(ActivityBase):
             dry_run=inp.dry_run,
             dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
         )
-        return len(stuck)
+        return len(stuck), due
 
 
 async def _record_orphans(

@@ -12,12 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from activities.base import per_kind
-from reaper.core.policy import collection as policy
+from reaper.core.states import MARKABLE
 
-MARKABLE: dict[str, list[str]] = {kind: list(states) for kind, states in policy.MARKABLE.items()}
-"""``reaper.core.policy.collection.MARKABLE`` as SQL array parameters: the statements below
-are the set-based twin of ``row_verdict`` and ``may_destroy`` (tests/activities checks that
-they agree on random rows)."""
+__all__ = ["MARKABLE"]
 
 REPORT = "pg_temp.reaper_report"
 """The report being reconciled: a temporary table of the connection, emptied at commit.
@@ -135,7 +132,7 @@ NEXT_ORPHAN = (
 )
 """$3 the orphan cutoff: when the oldest unknown handle that is not an orphan yet was first
 reported (it becomes one ``MISSING_TTL`` later; the collector asks for a report then)."""
-DESTROY = {
+REMOVE_MISSING = {
     kind: (
         f"DELETE FROM {table} WHERE worker = $1 AND missing_since IS NOT NULL"
         " AND missing_since <= $2 AND state = ANY($3::text[])"
@@ -143,12 +140,13 @@ DESTROY = {
     )
     for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
 }
-DESTROY["tasks"] = (
-    "UPDATE reaper.tasks SET state = 'stopped', stop_reason = 'missing', missing_since = NULL"
+REMOVE_MISSING["tasks"] = (
+    "UPDATE reaper.tasks SET state = $4, stop_reason = 'missing', missing_since = NULL"
     " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since <= $2"
     " AND state = ANY($3::text[]) RETURNING id AS handle, service, $2::timestamptz AS missing_since"
 )
-WOULD_DESTROY = {
+"""$4: what a destroy makes of a task (``reaper.core.states.DESTROYED``)."""
+WOULD_REMOVE_MISSING = {
     kind: sql.replace("{service}", "t.service" if kind == "tasks" else "NULL::text")
     for kind, sql in dry_marks_per_kind(
         "UPDATE reaper.dry_marks d SET done = true FROM {table} t"
@@ -157,17 +155,30 @@ WOULD_DESTROY = {
         " RETURNING d.handle, {service} AS service, d.missing_since"
     ).items()
 }
-# Rows left in `creating` past CREATING_TIMEOUT: their creator crashed (policy.stuck_creating).
-STUCK_CREATING = {
+# Rows still being created ($3, ``states.BEING_CREATED``) since $2 or earlier: their creator
+# crashed (CREATING_TIMEOUT).
+FAIL_STUCK_CREATING = {
     kind: (
-        f"DELETE FROM {table} WHERE worker = $1 AND state = 'creating'"
+        f"DELETE FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
         " AND state_changed_at <= $2 RETURNING handle"
     )
     for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
 }
-WOULD_STUCK_CREATING = {
+CREATING = {
     kind: (
-        f"SELECT handle FROM {table} WHERE worker = $1 AND state = 'creating'"
+        "SELECT min(state_changed_at) FILTER (WHERE state_changed_at > $3) AS upcoming,"
+        " count(*) FILTER (WHERE state_changed_at <= $3) AS overdue"
+        f" FROM {table} WHERE worker = $1 AND state = ANY($2::text[])"
+    )
+    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
+}
+"""The worker's rows still being created ($2): when the oldest one not yet timed out at the
+cutoff $3 entered that state (it times out ``CREATING_TIMEOUT`` later,
+``policy.collection.creating_due``), and how many are past it and still there (held by a
+full disruption)."""
+WOULD_FAIL_STUCK_CREATING = {
+    kind: (
+        f"SELECT handle FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
         " AND state_changed_at <= $2"
     )
     for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
@@ -182,19 +193,22 @@ LOAD_STAGED = (
 )
 """Copy a staged report into ``REPORT`` inside Postgres; returns the chunks found."""
 START_REPORTED_TASKS = (
-    "UPDATE reaper.tasks SET state = 'running' WHERE worker = $1"
-    " AND state = 'pending' AND id " + IN_REPORT + " RETURNING id"
+    "UPDATE reaper.tasks SET state = $2 WHERE worker = $1"
+    " AND state = ANY($3::text[]) AND id " + IN_REPORT + " RETURNING id"
 )
-"""Rule 5: a ``pending`` task placed on a worker becomes ``running`` when it reports it."""
-REAPED_REPORTED_TASKS = (
-    "SELECT id FROM reaper.tasks WHERE worker = $1"
-    " AND state IN ('lost', 'stopped') AND id " + IN_REPORT
+"""Rule 5: a placed task ($3, ``states.STARTING_TASKS``) becomes ``$2``
+(``states.STARTED``) when its worker reports it."""
+ORPHANED_TASKS = (
+    "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = ANY($2::text[]) AND id " + IN_REPORT
 )
-"""Rule 7: reported tasks that were reaped or stopped are orphans."""
+"""Rule 7: reported tasks that are over ($2, ``states.ENDED_TASKS``: reaped or stopped) are
+orphans."""
 ASSIGNMENTS = (
-    "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'pending' ORDER BY created_at, id"
+    "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = ANY($2::text[])"
+    " ORDER BY created_at, id"
 )
-"""``pending`` tasks placed on the worker, for its agent to start."""
+"""Tasks placed on the worker and not started ($2, ``states.STARTING_TASKS``), for its agent
+to start."""
 COLLECTING = "SET LOCAL reaper.collecting = on"
 """The collector's transactions say so: their writes follow a diff already and are not fed
 back into the change feed (``reaper.row_changes``, migration 007)."""

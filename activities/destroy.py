@@ -2,9 +2,8 @@
 
 The collector calls it after it has reconciled a fresh complete report
 (:mod:`activities.collection`); the rule is ``reaper.core.policy.collection``'s
-(``destroy_cutoff``, ``destroy_refused``, ``may_destroy``), the statement
-``collection_sql.DESTROY``, guarded by the marks it expects, so a retry destroys nothing
-twice.
+(``destroy_cutoff``, ``destroy_refused``) and the statement ``collection_sql.REMOVE_MISSING``,
+guarded by the marks it expects, so a retry destroys nothing twice.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from activities.base import EVENT_KIND, ActivityBase, write_events
 from activities.collection import kind_status, seal_refusal
 from activities.tasks import backfill
 from activities.types import DestroyInput, DestroyResult
+from reaper.core import states
 from reaper.core.policy import collection as policy
 
 log = logging.getLogger("reaper.collection")
@@ -56,8 +56,9 @@ class DestroyActivities(ActivityBase):
             refused = policy.destroy_refused(row["state"] if row else None, fleet == "full")
             if refused is not None:
                 return DestroyResult(refused=refused)
-            statement = (sql.WOULD_DESTROY if inp.dry_run else sql.DESTROY)[kind]
-            rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind])
+            statement = (sql.WOULD_REMOVE_MISSING if inp.dry_run else sql.REMOVE_MISSING)[kind]
+            args = (states.DESTROYED.value,) if kind == "tasks" and not inp.dry_run else ()
+            rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind], *args)
             destroyed = [r["handle"] for r in rows]
             action = "stopped" if kind == "tasks" else "destroyed"
             await write_events(

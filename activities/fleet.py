@@ -11,7 +11,9 @@ from activities import metrics
 from activities.base import ActivityBase, write_events
 from activities.tasks import place_owed, replace_tasks
 from activities.types import FleetView, UpkeepResult
-from reaper.core.policy.fleet import HEALTHY, UNHEALTHY, FleetState, fleet_state
+from reaper.core import states
+from reaper.core.policy.fleet import FleetState, fleet_state
+from reaper.core.states import HEALTHY, UNHEALTHY
 
 
 async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime) -> FleetView:
@@ -65,6 +67,20 @@ async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime
     )
 
 
+STRAY_HOSTS = (
+    "SELECT w.name, w.state FROM reaper.workers w"
+    " WHERE w.state = ANY($1::text[])"
+    "  AND (w.state = ANY($2::text[])"
+    "   OR (w.reaped_at IS NOT NULL AND w.reaped_at >= w.state_since))"
+    " AND EXISTS (SELECT 1 FROM reaper.tasks t"
+    "  WHERE t.worker = w.name AND t.state = ANY($3::text[]))"
+    " ORDER BY w.name FOR UPDATE OF w"
+)
+"""Workers that hold strays (Kubernetes #12545): in a state that holds no tasks ($1,
+``states.HOLDS_NO_TASKS``), terminal ($2: retired) or reaped since they entered it (lost and
+reaped), with active tasks ($3) a scheduler with a stale view still placed there."""
+
+
 class FleetActivities(ActivityBase):
     """Activities called by ``FleetMonitor`` (``reaper-fleet``) and the liveness workflows."""
 
@@ -81,7 +97,7 @@ class FleetActivities(ActivityBase):
         Owed replacements (``pending``, no worker) go to placeable workers (§5.1: within
         ``2 x HEARTBEAT_INTERVAL`` of one becoming available). Tasks a scheduler wrote
         ``running`` or ``pending`` onto a worker that is lost and reaped, or retired, are
-        reaped and replaced (``policy.fleet.is_stray``; Kubernetes #12545), except in full
+        reaped and replaced (:data:`STRAY_HOSTS`; Kubernetes #12545), except in full
         disruption. Nothing happens in a dry run. Idempotent: each change is guarded.
 
         Args:
@@ -99,24 +115,19 @@ class FleetActivities(ActivityBase):
         return UpkeepResult(placed=[*strays, *placed])
 
     async def _reap_strays(self, conn: asyncpg.Connection) -> tuple[list[tuple[str, str]], int]:
-        """Reap stray tasks (``policy.fleet.is_stray``, in SQL) and backfill their services.
+        """Reap stray tasks (:data:`STRAY_HOSTS`) and backfill their services.
 
         Returns the replacements placed (``(task_id, worker)``) and how many strays were reaped.
         """
         if await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1") == FleetState.full:
             return [], 0
         hosts = await conn.fetch(
-            "SELECT w.name, w.state FROM reaper.workers w"
-            " WHERE (w.state = 'retired'"
-            "  OR (w.state = 'lost' AND w.reaped_at IS NOT NULL AND w.reaped_at >= w.state_since))"
-            " AND EXISTS (SELECT 1 FROM reaper.tasks t"
-            "  WHERE t.worker = w.name AND t.state IN ('running', 'pending'))"
-            " ORDER BY w.name FOR UPDATE OF w"
+            STRAY_HOSTS, states.HOLDS_NO_TASKS, states.TERMINAL, states.ACTIVE_TASKS
         )
         placed: list[tuple[str, str]] = []
         reaped = 0
         for host in hosts:
-            stop = "worker-retired" if host["state"] == "retired" else "worker-lost"
+            stop = "worker-retired" if states.worker(host["state"]).terminal else "worker-lost"
             lost, more, _ = await replace_tasks(
                 conn,
                 host["name"],

@@ -15,6 +15,7 @@ from activities.types import (
     WorkerRecord,
     WorkerStateChange,
 )
+from reaper.core import states
 from reaper.core.models import Timings
 from reaper.core.policy.auth import AuthMode
 
@@ -80,7 +81,7 @@ class LivenessActivities(ActivityBase):
                 await conn.execute(
                     "UPDATE reaper.workers SET state = $2,"
                     " state_since = CASE WHEN state = $2 THEN state_since ELSE $6 END,"
-                    " draining = CASE WHEN state = 'retired' THEN false ELSE draining END,"
+                    " draining = CASE WHEN state = ANY($7::text[]) THEN false ELSE draining END,"
                     " boot_id = COALESCE($3, boot_id), last_seq = COALESCE($4, last_seq),"
                     " last_heartbeat_at = COALESCE($5, last_heartbeat_at)"
                     " WHERE name = $1 AND (state, boot_id, last_seq, last_heartbeat_at)"
@@ -92,6 +93,7 @@ class LivenessActivities(ActivityBase):
                     change.last_seq,
                     change.last_heartbeat_at,
                     change.at,
+                    states.TERMINAL,
                 )
             # The evidence a forced reap needs: this liveness accepted an operator's force_reap.
             await conn.execute(
@@ -110,14 +112,16 @@ class LivenessActivities(ActivityBase):
                 )
             cleared = False
             back = change.returned_at
-            if new_state == "running" and old is not None:
+            # A return (rule 4): back to a deciding state from an unhealthy one, or a silence
+            # the liveness could not judge in time; time away does not count.
+            if states.worker(new_state).decides and old is not None:
                 unjudged = (
                     back is not None
-                    and old_state == "running"
+                    and old_state == new_state
                     and old["state_since"] is not None
                     and old["state_since"] < back
                 )
-                if old_state in ("stalled", "lost") or unjudged:
+                if states.worker(old["state"]).unhealthy or unjudged:
                     if unjudged:  # a silence the liveness could not judge in time (busy)
                         await conn.execute(
                             "UPDATE reaper.workers SET state_since = $2 WHERE name = $1",
@@ -151,13 +155,14 @@ class LivenessActivities(ActivityBase):
         """
         written = await self.pool.fetchval(
             "UPDATE reaper.workers SET last_seq = $3, last_heartbeat_at = $4"
-            " WHERE name = $1 AND boot_id = $2 AND state <> 'retired'"
+            " WHERE name = $1 AND boot_id = $2 AND NOT state = ANY($5::text[])"
             " AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $4)"
             " RETURNING true",
             beat.worker,
             beat.boot_id,
             beat.last_seq,
             beat.last_heartbeat_at,
+            states.TERMINAL,
         )
         return bool(written)
 

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from activities import metrics as _series  # noqa: F401  (registers reaper's counters)
+from reaper.core import states
 from reaper.core.config import Settings
 from reaper.core.policy.gauges import FleetGauges, WorkerRow, fleet_gauges
 
@@ -36,8 +37,12 @@ FLEET_REFRESH_S = 5.0
 """How often the fleet's gauges are read from Postgres, at most (seconds); more often when
 ``REAPER_HEARTBEAT_INTERVAL`` is shorter."""
 
-_READ_WORKERS = "SELECT name, state, last_heartbeat_at FROM reaper.workers WHERE state <> 'retired'"
-_READ_OWED = "SELECT count(*) FROM reaper.tasks WHERE state = 'pending' AND worker IS NULL"
+_READ_WORKERS = (
+    "SELECT name, state, last_heartbeat_at FROM reaper.workers WHERE state = ANY($1::text[])"
+)
+"""Workers in the fleet ($1, ``states.IN_FLEET``)."""
+_READ_OWED = "SELECT count(*) FROM reaper.tasks WHERE state = $1 AND worker IS NULL"
+"""Owed replacements: placed ($1, ``states.PLACED``) on no worker (§5.1)."""
 
 REFRESH_ERRORS = Counter(
     "reaper_fleet_refresh_errors",
@@ -50,8 +55,8 @@ async def read_fleet(pool: asyncpg.Pool, threshold: float) -> FleetGauges:
     tasks; lags are measured against Postgres' clock (``now()``), not this host's."""
     async with pool.acquire() as conn, conn.transaction(readonly=True, isolation="repeatable_read"):
         now = await conn.fetchval("SELECT now()")
-        rows = await conn.fetch(_READ_WORKERS)
-        owed = await conn.fetchval(_READ_OWED)
+        rows = await conn.fetch(_READ_WORKERS, states.IN_FLEET)
+        owed = await conn.fetchval(_READ_OWED, states.PLACED.value)
     workers = (WorkerRow(r["name"], r["state"], r["last_heartbeat_at"]) for r in rows)
     return fleet_gauges(workers, owed, threshold, now)
 

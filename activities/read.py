@@ -14,6 +14,9 @@ from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
+from reaper.core import states
+from reaper.core.states import TaskState
+
 Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
 """Anything that runs a statement: a pool (one connection per call) or one connection."""
 
@@ -34,7 +37,8 @@ async def open_connection(url: str, *, timeout_s: float = 5.0) -> asyncpg.Connec
 async def running_task_counts(db: Db) -> dict[str, int]:
     """Running tasks per worker: ``{worker: count}``; workers with none are absent."""
     rows = await db.fetch(
-        "SELECT worker, count(*) AS n FROM reaper.tasks WHERE state = 'running' GROUP BY worker"
+        "SELECT worker, count(*) AS n FROM reaper.tasks WHERE state = $1 GROUP BY worker",
+        TaskState.running.value,
     )
     return {r["worker"]: int(r["n"]) for r in rows}
 
@@ -63,10 +67,11 @@ class RetiredWorker(NamedTuple):
 
 
 async def retired_workers(db: Db) -> list[RetiredWorker]:
-    """Workers out of the fleet (``state = 'retired'``, CONTRACT.md §5.1), by name."""
+    """Workers out of the fleet (``states.TERMINAL``: retired, CONTRACT.md §5.1), by name."""
     rows = await db.fetch(
         "SELECT name, boot_id, last_seq, last_heartbeat_at, state_since FROM reaper.workers"
-        " WHERE state = 'retired' ORDER BY name"
+        " WHERE state = ANY($1::text[]) ORDER BY name",
+        states.TERMINAL,
     )
     return [RetiredWorker(*r.values()) for r in rows]
 
@@ -170,7 +175,9 @@ async def running_tasks_of(db: Db, service: str) -> int:
     """How many tasks of ``service`` are ``running``."""
     return int(
         await db.fetchval(
-            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = 'running'", service
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = $2",
+            service,
+            TaskState.running.value,
         )
     )
 
@@ -180,9 +187,9 @@ async def active_tasks_of(db: Db, service: str) -> int:
     ``running``."""
     return int(
         await db.fetchval(
-            "SELECT count(*) FROM reaper.tasks WHERE service = $1"
-            " AND state IN ('pending', 'running')",
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = ANY($2::text[])",
             service,
+            states.ACTIVE_TASKS,
         )
     )
 
@@ -190,9 +197,32 @@ async def active_tasks_of(db: Db, service: str) -> int:
 async def running_tasks_on(db: Db, worker: str) -> list[str]:
     """Ids of the ``running`` tasks placed on ``worker``, sorted."""
     rows = await db.fetch(
-        "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = 'running' ORDER BY id", worker
+        "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = $2 ORDER BY id",
+        worker,
+        TaskState.running.value,
     )
     return [r["id"] for r in rows]
+
+
+class PlacedTask(NamedTuple):
+    """A ``pending`` or ``running`` task and where it is placed (``worker`` ``None``: owed)."""
+
+    id: str
+    service: str | None
+    worker: str | None
+    state: str
+    since: datetime
+
+
+async def active_tasks(db: Db) -> list[PlacedTask]:
+    """Every ``pending`` or ``running`` task with its worker and since when it is in its
+    state, by worker (owed ones last), then id."""
+    rows = await db.fetch(
+        "SELECT id, service, worker, state, COALESCE(state_changed_at, created_at)"
+        " FROM reaper.tasks WHERE state IN ('pending', 'running')"
+        " ORDER BY worker NULLS LAST, id"
+    )
+    return [PlacedTask(*r.values()) for r in rows]
 
 
 # ---- the events timeline (``reaper events``) ---------------------------------------------
@@ -249,8 +279,11 @@ async def events(
 
 
 async def running_workers(db: Db) -> list[str]:
-    """Names of the workers a scheduler may place tasks on now: ``running``, not draining."""
+    """Names of the workers a scheduler may place tasks on now: placeable
+    (``states.PLACEABLE``: running), not draining."""
     rows = await db.fetch(
-        "SELECT name FROM reaper.workers WHERE state = 'running' AND NOT draining ORDER BY name"
+        "SELECT name FROM reaper.workers WHERE state = ANY($1::text[]) AND NOT draining"
+        " ORDER BY name",
+        states.PLACEABLE,
     )
     return [r["name"] for r in rows]

@@ -1,17 +1,17 @@
-"""Repair of a stuck liveness: the controller does what the README's manual remedy says.
+"""Repair of a stuck liveness: the controller does what the stuck-liveness runbook says.
 
 A ``WorkerLiveness`` whose history the current code cannot replay fails every workflow task
-for ever (README, "What the campaigns found": the cause is outside reaper, a task that ran
+for ever (docs/stale-clock.md: the cause is outside reaper, a task that ran
 with a stale clock after a Temporal restart). The fleet monitor runs
 :meth:`RepairActivities.repair_stuck` at every check: it reads the suspect ``workers``
-rows (``reaper.core.policy.repair.is_suspect``), describes each one's liveness, and resets
+rows (:data:`SUSPECTS`), describes each one's liveness, and resets
 a stuck one (``is_stuck``, and its history fails to replay with a nondeterminism error) to
 the latest workflow task the current code can replay (``latest_replayable``), with its
 later signals reapplied. One ``events`` row (``worker``, ``repaired``) and one log line per
 reset.
 
 The replay is injected (``activities.diagnosis.ReplayCheck``), because this package may not
-import the workflows (import layers, README "Architecture"): ``worker.py`` builds it from
+import the workflows (import layers, docs/architecture.md): ``worker.py`` builds it from
 ``workflows.ALL_WORKFLOWS`` and the pydantic data converter.
 
 Resetting re-runs what the liveness did after the reset point. That is safe: every activity
@@ -45,7 +45,7 @@ from activities.base import ActivityBase, write_events
 from activities.diagnosis import ReplayCheck, diagnose, recent_task_outcomes
 from activities.types import RepairResult
 from reaper.core.config import Settings
-from reaper.core.contract import liveness_id
+from reaper.core.contract import WorkerState, liveness_id
 from reaper.core.policy import repair as policy
 
 log = logging.getLogger("reaper.repair")
@@ -53,12 +53,36 @@ log = logging.getLogger("reaper.repair")
 SUSPECTS = (
     "SELECT name FROM reaper.workers"
     " WHERE (state = ANY($1::text[]) AND last_heartbeat_at < $2)"
-    " OR (state = 'lost' AND state_since < $4)"
+    " OR (state = $5 AND state_since < $4)"
     " ORDER BY random() LIMIT $3"
 )
-"""Up to $3 suspect workers (``policy.repair.is_suspect``: state in $1 and last heartbeat
-before $2, or lost since before $4), in random order, so that suspects which are not stuck
-(an outage grace, a liveness terminated by hand) never starve a stuck one."""
+"""Up to $3 suspect workers: state in $1 and last heartbeat before $2, or lost ($5) since
+before $4 (``policy.repair.suspect_cutoff`` and ``retire_cutoff``), in random order, so that
+suspects which are not stuck (an outage grace, a liveness terminated by hand) never starve a
+stuck one. This statement is the rule; tests/support/rule_models.py models it row by row."""
+
+
+async def find_suspects(
+    db: asyncpg.Pool | asyncpg.Connection, cutoff: datetime, limit: int, retire_by: datetime
+) -> list[str]:
+    """Up to ``limit`` suspect workers (:data:`SUSPECTS`), in random order.
+
+    Args:
+        cutoff: ``policy.repair.suspect_cutoff`` (UTC): running or stalled rows whose last
+            heartbeat is older are suspect.
+        retire_by: ``policy.repair.retire_cutoff`` (UTC): lost rows lost since before it are.
+    """
+    rows = await db.fetch(
+        SUSPECTS,
+        sorted(policy.REPAIRABLE_STATES),
+        cutoff,
+        limit,
+        retire_by,
+        WorkerState.lost.value,
+    )
+    return [r["name"] for r in rows]
+
+
 BATCH = 10
 """Suspects looked at per check: one ``describe`` each."""
 BUDGET_S = 30.0
@@ -148,12 +172,7 @@ class RepairActivities(ActivityBase):
         s = self.settings
         cutoff = policy.suspect_cutoff(at, s.heartbeat_interval, s.stall_after, s.lost_after)
         retire_by = policy.retire_cutoff(at, s.heartbeat_interval, s.retire_after)
-        names = [
-            r["name"]
-            for r in await self.pool.fetch(
-                SUSPECTS, sorted(policy.REPAIRABLE_STATES), cutoff, BATCH, retire_by
-            )
-        ]
+        names = await find_suspects(self.pool, cutoff, BATCH, retire_by)
         result = RepairResult(suspects=len(names))
         client = activity.client()
         started = time.monotonic()

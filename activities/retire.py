@@ -9,6 +9,7 @@ from activities.base import ActivityBase, write_events
 from activities.fleet import refresh_fleet
 from activities.tasks import replace_tasks
 from activities.types import RetireRequest
+from reaper.core.contract import WorkerState
 from reaper.core.models import ReapResult
 from reaper.core.policy.fleet import may_retire
 
@@ -99,10 +100,11 @@ class RetireActivities(ActivityBase):
                 for statement in _HOUSEKEEPING:
                     await conn.execute(statement, req.worker)
                 await conn.execute(
-                    "UPDATE reaper.workers SET state = 'retired', state_since = $2,"
+                    "UPDATE reaper.workers SET state = $3, state_since = $2,"
                     " draining = false WHERE name = $1",
                     req.worker,
                     req.at,
+                    WorkerState.retired.value,
                 )
                 await refresh_fleet(conn, self.settings.disruption_threshold, req.at)
         if not req.dry_run:

@@ -5,6 +5,8 @@ demo. The controller never calls these."""
 from __future__ import annotations
 
 from activities.read import HANDLE_TABLES, Db
+from reaper.core import states
+from reaper.core.states import HandleState
 
 
 async def add_service(db: Db, name: str, desired_count: int) -> None:
@@ -29,9 +31,10 @@ async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
     if kind not in HANDLE_TABLES:
         raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
     await db.execute(
-        f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, 'created')",
+        f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, $3)",
         handle,
         worker,
+        HandleState.created.value,
     )
 
 
@@ -42,8 +45,9 @@ async def add_task(db: Db, task_id: str, service: str, worker: str) -> None:
         asyncpg.UniqueViolationError: the task exists.
     """
     await db.execute(
-        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
+        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, $4)",
         task_id,
         service,
         worker,
+        states.PLACED.value,
     )

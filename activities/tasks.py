@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import asyncpg
 
 from activities.base import write_events
+from reaper.core import states
 from reaper.core.policy.placement import deficit, place
 from reaper.core.policy.placement import place_owed as place_owed_policy
 
@@ -63,9 +64,9 @@ async def backfill(
         if desired is None:
             continue
         active = await conn.fetchval(
-            "SELECT count(*) FROM reaper.tasks"
-            " WHERE service = $1 AND state IN ('pending', 'running')",
+            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = ANY($2::text[])",
             service,
+            states.ACTIVE_TASKS,
         )
         missing = deficit(desired, active, pretend_gone.get(service, 0))
         if missing == 0:
@@ -74,12 +75,13 @@ async def backfill(
             r["id"]
             for r in await conn.fetch(
                 "SELECT t.id FROM reaper.tasks t"
-                " WHERE t.service = $1 AND t.state IN ('lost', 'stopped')"
+                " WHERE t.service = $1 AND t.state = ANY($3::text[])"
                 "  AND t.stop_reason = ANY($2::text[])"
                 "  AND NOT EXISTS (SELECT 1 FROM reaper.tasks r WHERE r.replaces = t.id)"
                 " ORDER BY t.updated_at, t.id",
                 service,
                 REPLACEABLE_STOP_REASONS,
+                states.ENDED_TASKS,
             )
         ]
         candidates = await placeable_load(conn)
@@ -93,11 +95,12 @@ async def backfill(
             if not dry_run:
                 await conn.execute(
                     "INSERT INTO reaper.tasks (id, service, worker, state, replaces)"
-                    " VALUES ($1, $2, $3, 'pending', $4)",
+                    " VALUES ($1, $2, $3, $5, $4)",
                     new_id,
                     service,
                     worker,
                     replaces,
+                    states.PLACED.value,
                 )
             where = f"on {worker}" if worker else "owed: no healthy, non-draining worker"
             detail = f"{reason}; {where}" + (f", replaces {replaces}" if replaces else "")
@@ -110,15 +113,16 @@ async def backfill(
 
 
 async def placeable_load(conn: asyncpg.Connection) -> dict[str, int]:
-    """Placeable workers (``policy.placement.placeable``: running, not draining) -> their
+    """Placeable workers (``states.PLACEABLE``, not draining; rule 5, §5.1) -> their
     pending and running task count."""
     return {
         r["name"]: r["load"]
         for r in await conn.fetch(
             "SELECT w.name, count(t.id) AS load FROM reaper.workers w"
-            " LEFT JOIN reaper.tasks t"
-            "  ON t.worker = w.name AND t.state IN ('pending', 'running')"
-            " WHERE w.state = 'running' AND NOT w.draining GROUP BY w.name"
+            " LEFT JOIN reaper.tasks t ON t.worker = w.name AND t.state = ANY($1::text[])"
+            " WHERE w.state = ANY($2::text[]) AND NOT w.draining GROUP BY w.name",
+            states.ACTIVE_TASKS,
+            states.PLACEABLE,
         )
     }
 
@@ -131,7 +135,7 @@ async def take_down(
     actor: str | None,
     *,
     dry_run: bool = False,
-    states: Sequence[str] = ("running", "pending"),
+    taken: Sequence[str] = tuple(states.ACTIVE_TASKS),
 ) -> list[asyncpg.Record]:
     """Mark a worker's tasks in ``states`` ``lost`` with ``stop_reason``, one ``lost`` event
     each carrying ``reason``; in a dry run only the events (``would-lost``).
@@ -144,15 +148,16 @@ async def take_down(
             "SELECT id, service FROM reaper.tasks WHERE worker = $1 AND state = ANY($2::text[])"
             " ORDER BY id",
             worker,
-            list(states),
+            list(taken),
         )
     else:
         rows = await conn.fetch(
-            "UPDATE reaper.tasks SET state = 'lost', stop_reason = $2, missing_since = NULL"
+            "UPDATE reaper.tasks SET state = $4, stop_reason = $2, missing_since = NULL"
             " WHERE worker = $1 AND state = ANY($3::text[]) RETURNING id, service",
             worker,
             stop_reason,
-            list(states),
+            list(taken),
+            states.REAPED.value,
         )
         rows = sorted(rows, key=lambda r: r["id"])
     await write_events(
@@ -201,8 +206,9 @@ async def place_owed(conn: asyncpg.Connection) -> list[tuple[str, str]]:
     owed = [
         (r["id"], r["service"])
         for r in await conn.fetch(
-            "SELECT id, service FROM reaper.tasks WHERE state = 'pending' AND worker IS NULL"
-            " ORDER BY created_at, id FOR UPDATE SKIP LOCKED"
+            "SELECT id, service FROM reaper.tasks WHERE state = $1 AND worker IS NULL"
+            " ORDER BY created_at, id FOR UPDATE SKIP LOCKED",
+            states.PLACED.value,
         )
     ]
     if not owed:
@@ -210,10 +216,11 @@ async def place_owed(conn: asyncpg.Connection) -> list[tuple[str, str]]:
     placed = []
     for task_id, worker in place_owed_policy(owed, await placeable_load(conn)):
         done = await conn.fetchval(
-            "UPDATE reaper.tasks SET worker = $2 WHERE id = $1 AND state = 'pending'"
+            "UPDATE reaper.tasks SET worker = $2 WHERE id = $1 AND state = $3"
             " AND worker IS NULL RETURNING id",
             task_id,
             worker,
+            states.PLACED.value,
         )
         if done is not None:
             await write_events(conn, worker, "task", "placed", [task_id], "owed work placed")

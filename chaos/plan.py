@@ -77,7 +77,7 @@ class Fleet:
     counter: list[int] = field(default_factory=lambda: [0])
     retired_seen: set[str] = field(default_factory=set)
     """Workers Postgres shows ``retired``: only those rejoin (a retire still in flight
-    when the host comes back retires the new boot; see the README's findings)."""
+    when the host comes back retires the new boot; see docs/chaos.md, the findings)."""
 
     def names(self, *modes: str) -> list[str]:
         return sorted(n for n, m in self.modes.items() if m in modes)

@@ -136,7 +136,7 @@ def lost_gaps(beats: Sequence[Beat], judged_by: float, lost_after: float, tol: f
 def grace_covers(
     gap: Gap, temporal_down: Iterable[Window], silent: bool, stall_after: float, tol: float
 ) -> Window | None:
-    """The outage grace (README "Outages"): a deadline judged more than a heartbeat late
+    """The outage grace (docs/safety.md): a deadline judged more than a heartbeat late
     gives the worker ``STALL_AFTER`` from the controller's first look to beat again. A gap
     is covered when the agent kept beating through it (not ``silent``), a Temporal outage
     overlaps it, and the first acknowledged beat after the server was back came within

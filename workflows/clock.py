@@ -1,4 +1,5 @@
-"""The clock side of a liveness: its deadlines, judged by policy, and its one timer."""
+"""The clock side of a liveness: its one timer (the deadlines are
+``reaper.core.policy.liveness_machine``'s), and the guard against a stale clock."""
 
 from __future__ import annotations
 
@@ -9,16 +10,8 @@ from datetime import UTC, datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from reaper.core.contract import ReasonInput, WorkerState
-    from reaper.core.models import LivenessState, Timings
     from reaper.core.policy import liveness as policy
-    from reaper.core.policy.fleet import retire_due
-
-DEADLINE_SLACK_S = 0.25
-"""Timers fire this long after their deadline, never on it: ``workflow.now()`` of one
-activation can differ by milliseconds between the first run and a replay (seen when the SDK
-regroups back-to-back workflow tasks), and a decision taken on the boundary itself would
-then differ too: a non-determinism error."""
+    from reaper.core.policy.liveness_machine import DEADLINE_SLACK_S
 
 
 class StaleClock(Exception):
@@ -94,99 +87,3 @@ class DeadlineTimer:
         self._collect()
         self._timer = None
         return self._deadline
-
-
-class LivenessClock:
-    """Judges a liveness on the controller's clock (``reaper.core.policy.liveness``).
-
-    Args:
-        live: the liveness's state (shared, mutated here).
-    """
-
-    def __init__(self, live: LivenessState) -> None:
-        self.live = live
-
-    @property
-    def timings(self) -> Timings:
-        assert self.live.timings is not None
-        return self.live.timings
-
-    def next_deadline(self) -> datetime | None:
-        live, t = self.live, self.timings
-        times = []
-        if live.last_heartbeat_at is not None:
-            due = policy.next_deadline(
-                live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-            )
-            if due is not None:
-                times.append(due)
-        times += [
-            t
-            for t in (live.reap_retry_at, live.retire_retry_at, self.retire_due())
-            if t is not None
-        ]
-        return min(times) if times else None
-
-    def retire_due(self) -> datetime | None:
-        """When a lost worker whose reap is done is retired automatically (§5.1), if so."""
-        live = self.live
-        if (
-            live.state is not WorkerState.lost
-            or live.recorded_state is not WorkerState.lost
-            or live.reap_request is not None
-            or live.retire_request is not None
-            or live.state_since is None
-        ):
-            return None
-        return retire_due(live.state_since, self.timings.retire_after)
-
-    def on_deadline(self, deadline: datetime) -> None:
-        """A deadline passed: grant the outage grace if it was judged late; retry a reap."""
-        live, t = self.live, self.timings
-        now = workflow.now()
-        grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
-        if grace is not None and live.state is not WorkerState.lost:
-            # The controller or Temporal was down: the worker's silence is no evidence.
-            live.grace_until = max(grace, live.grace_until or grace)
-            workflow.logger.warning(
-                "deadline of %s judged %ss late: grace until %s",
-                live.worker,
-                (now - deadline).total_seconds(),
-                live.grace_until,
-            )
-        if live.reap_retry_at is not None and now >= live.reap_retry_at:
-            live.reap_retry_at = None
-        if live.retire_retry_at is not None and now >= live.retire_retry_at:
-            live.retire_retry_at = None
-
-    def judge(self) -> None:
-        """Move ``running`` -> ``stalled`` -> ``lost`` as the clock says; only beats go back."""
-        live, t = self.live, self.timings
-        if live.last_heartbeat_at is None:
-            return
-        now = workflow.now()
-        deadline = policy.next_deadline(
-            live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-        )
-        if deadline is not None and deadline < now:
-            # Judged late, however the loop got here (a late timer, a run that starts after
-            # the controller was down across a continue-as-new, a signal that woke the loop
-            # first): the same outage grace as a late timer.
-            self.on_deadline(deadline)
-        due = self.retire_due()
-        if due is not None and now >= due:
-            live.retire_request = ReasonInput(
-                reason=f"lost for {t.retire_after:g}s", actor="reaper"
-            )
-            live.retire_automatic = True
-        judged = policy.transition(
-            live.state, live.last_heartbeat_at, now, t.stall_after, t.lost_after, live.grace_until
-        )
-        if judged is None:
-            return
-        live.state, live.state_since = judged, now
-        if judged is WorkerState.lost and live.reap_request is None:
-            live.reap_request = ReasonInput(
-                reason=f"no heartbeat for {t.lost_after:g}s", actor="reaper"
-            )
-            live.reap_forced = False

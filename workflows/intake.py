@@ -18,14 +18,19 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 with workflow.unsafe.imports_passed_through():
     from activities import sealing
     from reaper.core.contract import KINDS, Heartbeat
-    from reaper.core.models import CollectorInput, LivenessState, Report, supersede
+    from reaper.core.models import (
+        CollectorInput,
+        LivenessState,
+        QueuedChunk,
+        Report,
+        supersede,
+    )
     from reaper.core.policy.collection import should_forward
     from reaper.core.protocol import payload_bytes, report_digest
     from workflows.collector import HandleCollector
     from workflows.common import collector_id
     from workflows.staging import (
         INLINE_KEEP_BYTES,
-        Queued,
         next_batch,
         stage_batch,
         stage_inline,
@@ -43,18 +48,13 @@ class ReportIntake:
     def __init__(self, live: LivenessState, reject: Callable[[str], None]) -> None:
         self.live = live
         self.reject = reject
-        self.chunks: list[Queued] = []
-        """Chunks waiting to be staged: never carried across continue-as-new (the loop
-        stages them all before it continues)."""
         self.staging_busy = False
-        self.change_feed = False
-        """Whether this run takes the ``change-feed`` patch: decided once, at the start of
-        the run (``workflows.run_start``), never from a signal handler, whose activation a
-        replay may place elsewhere."""
+        """A batch of chunks is being staged (counted in the backlog the query shows)."""
 
     def backlog(self) -> int:
         """Reports and chunks received but not yet handed to the collector."""
-        return len(self.live.unforwarded) + len(self.chunks) + int(self.staging_busy)
+        live = self.live
+        return len(live.unforwarded) + len(live.chunks) + int(self.staging_busy)
 
     def offer(self, report: Report, force: bool) -> None:
         """Queue a complete report if it needs reconciling; ``force`` after a return."""
@@ -91,7 +91,7 @@ class ReportIntake:
         if t is None:
             return 0.0
         every = t.resync_interval
-        if self.change_feed and t.full_resync_interval is not None:
+        if self.live.features.change_feed and t.full_resync_interval is not None:
             every = t.full_resync_interval
         return every - t.heartbeat_interval / 2
 
@@ -127,7 +127,9 @@ class ReportIntake:
                         force=returned,
                     )
         if beat.chunk is not None:
-            self.chunks.append((beat.chunk, now, beat.boot_id, returned))
+            self.live.chunks.append(
+                QueuedChunk(chunk=beat.chunk, taken_at=now, boot_id=beat.boot_id, returned=returned)
+            )
 
     def known_report(self, kind: str, digest: str) -> Report | None:
         """The complete report of ``kind`` with ``digest`` that this liveness holds, if any."""
@@ -145,8 +147,8 @@ class ReportIntake:
         """
         self.staging_busy = True
         try:
-            while self.chunks:
-                batch = next_batch(self.chunks)
+            while self.live.chunks:
+                batch = next_batch(self.live.chunks)
                 for report, returned in await stage_batch(self.live, batch, self.reject):
                     self.offer(report, force=returned)
         finally:

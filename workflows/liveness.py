@@ -1,17 +1,15 @@
 """``WorkerLiveness``: one durable entity workflow per worker (``liveness-{worker}``).
 
-Signal handlers validate and record; the ``run`` loop acts, one named step at a time:
-judge the clock (``policy.liveness.transition``), record the state in Postgres, drain, reap
-(a ``WorkerReap`` child), stage chunks and forward complete reports to the collector child
-(``workflows.intake``), show the state in the Web UI. All I/O is in activities; every rule
-is a pure function of ``reaper.core.policy``.
+All of a run's state is one value, ``LivenessState``, and every decision is
+``reaper.core.policy.liveness_machine.decide``'s: the handlers parse what arrives and hand it
+over as an event; the ``run`` loop looks at the clock (an event too), then runs the steps
+that are due, in their fixed order (``workflows.liveness_steps``), each an activity or a
+child. All I/O is in activities; no rule is decided here.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
@@ -20,7 +18,6 @@ from temporalio.common import RawValue
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
-    from activities.types import DrainChange
     from reaper.core.contract import (
         KINDS,
         LIVENESS_PREFIX,
@@ -30,11 +27,16 @@ with workflow.unsafe.imports_passed_through():
         WorkerState,
         liveness_id,
     )
-    from reaper.core.models import GcStatusInput, LivenessInput, LivenessState
-    from reaper.core.policy import liveness as policy
-    from reaper.core.policy.fleet import retire_is_stale
+    from reaper.core.models import (
+        DrainRequest,
+        GcStatusInput,
+        LivenessInput,
+        LivenessState,
+        RunFeatures,
+    )
+    from reaper.core.policy import liveness_machine as machine
     from workflows import front_door
-    from workflows.clock import DEADLINE_SLACK_S, DeadlineTimer, LivenessClock
+    from workflows.clock import DeadlineTimer
     from workflows.common import should_continue_as_new
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
@@ -46,30 +48,29 @@ with workflow.unsafe.imports_passed_through():
 @workflow.defn(name="WorkerLiveness")
 class WorkerLiveness:
     """Liveness of one worker. Start input ``{"worker": name}``; signals ``heartbeat``,
-    ``force_reap``, ``drain`` (CONTRACT.md §2) and, from the collector, ``gc_status``,
-    ``want_report``, ``nudge``; query ``state``."""
+    ``force_reap``, ``drain``, ``undrain``, ``retire`` (CONTRACT.md §2, §5.1) and, from the
+    collector, ``gc_status``, ``want_report``, ``nudge``, ``gc_stopped``; query ``state``.
+    Every handler takes any arguments (``workflows.front_door``)."""
 
     @workflow.init
     def __init__(self, *args: Any) -> None:
         inp = self.inp = start_input(args)
-        self.live: LivenessState = inp.carried or LivenessState(worker=inp.worker)
-        self.intake = ReportIntake(self.live, self._reject)
-        self.steps = LivenessSteps(self.live, self.intake)
+        live = self.live = inp.carried or LivenessState(worker=inp.worker)
+        # What belongs to a run starts afresh with each (it is decided again at its start).
+        live.features, live.early, live.shown = RunFeatures(), [], None
+        self.intake = ReportIntake(live, self._reject)
+        self.steps = LivenessSteps(live, self.intake)
         self.timer = DeadlineTimer()
-        self.clock = LivenessClock(self.live)
-        self.gate = Gate(self.live)
-        self.early: list[tuple[Callable[[Any], None], Any]] | None = []
-        """Signals that arrived before this run loaded its settings (who may speak depends
-        on them, §5.2): handled, in order, once they are loaded; ``None`` from then on."""
+        self.gate = Gate(live)
 
-    def _later(self, handler: Callable[[Any], None], raw: Any) -> bool:
-        """Keep ``raw`` for ``handler`` if the settings are not loaded yet (True if kept)."""
-        if self.early is None:
+    def _later(self, name: str, raw: Any) -> bool:
+        """Keep ``raw`` of signal ``name`` if the settings are not loaded yet (True if kept)."""
+        if self.live.early is None:
             return False
-        self.early.append((handler, raw))
+        self.live.early.append((name, raw))
         return True
 
-    # ---- signals: validate and record only; never raise, never block ------------------
+    # ---- signals: parse and hand over; never raise, never block ------------------------
 
     @workflow.signal(name="heartbeat")
     def heartbeat(self, *args: Any) -> None:
@@ -79,17 +80,18 @@ class WorkerLiveness:
         self._heartbeat(front_door.first(args, "heartbeat"))
 
     def _heartbeat(self, raw: Any) -> None:
-        if self._later(self._heartbeat, raw):
+        if self._later("heartbeat", raw):
             return
         live = self.live
         beat = self._parse(Heartbeat, raw, "heartbeat")
         if beat is None:
             return
-        if beat.worker != live.worker:
-            self._reject(f"worker {beat.worker!r} sent to the liveness of {live.worker!r}")
+        now = workflow.now()
+        admitted = machine.decide(live, now, machine.Beat(beat)).outcome
+        if admitted.verdict == "rejected":
+            self._reject(admitted.reason or "heartbeat")
             return
-        if live.state is WorkerState.retired or beat.boot_id == live.retired_boot_id:
-            live.ignored += 1
+        if admitted.verdict == "ignored":
             workflow.logger.info(
                 "ignored beat seq=%s of %s: its boot %s was retired",
                 beat.seq,
@@ -102,44 +104,14 @@ class WorkerLiveness:
         if refused is not None:
             self._reject(f"heartbeat: {refused}")
             return
-        verdict = policy.fence(
-            live.boot_id, live.last_seq, live.previous_boot_ids, beat.boot_id, beat.seq
-        )
-        if not verdict.accepted:
-            live.ignored += 1
+        fenced = machine.decide(live, now, machine.Authenticated(beat)).outcome
+        if fenced.verdict == "ignored":
             workflow.logger.debug(
-                "dropped %s beat seq=%s of %s", verdict.value, beat.seq, live.worker
+                "dropped %s beat seq=%s of %s", fenced.reason, beat.seq, live.worker
             )
             return
-        now = workflow.now()
-        if verdict is policy.Fence.new_boot:
-            live.previous_boot_ids = policy.remember_boot(live.previous_boot_ids, live.boot_id)
-            live.boot_id = beat.boot_id
-        stall_after = live.timings.stall_after + DEADLINE_SLACK_S if live.timings else math.inf
-        returned = policy.is_return(
-            live.state,
-            live.last_heartbeat_at,
-            now,
-            stall_after,
-            forced_reap_pending=live.reap_forced and live.reap_request is not None,
-        )
-        if live.last_heartbeat_at is None:
-            live.state_since = now  # running since its first beat
-        live.last_seq, live.last_heartbeat_at = beat.seq, now
-        if returned:
-            self._record_return(now)
-        self.intake.take(beat, now, returned)
+        self.intake.take(beat, now, fenced.verdict == "returned")
         self.steps.view.show_details()
-
-    def _record_return(self, now: datetime) -> None:
-        """The worker is back: running again, and only reports from now on decide (rule 4)."""
-        live = self.live
-        live.state, live.state_since = WorkerState.running, now
-        live.returned_at = now
-        live.grace_until = None
-        if not live.reap_forced:
-            live.reap_request = None
-        live.unforwarded.clear()
 
     @workflow.signal(name="force_reap")
     def force_reap(self, *args: Any) -> None:
@@ -147,16 +119,11 @@ class WorkerLiveness:
         self._force_reap(front_door.first(args, "force_reap"))
 
     def _force_reap(self, raw: Any) -> None:
-        live = self.live
-        req = self._operator_request("force_reap", self._force_reap, raw)
-        if req is None:
-            return
-        if live.last_heartbeat_at is None:
-            self._reject("force_reap: this worker never sent a valid heartbeat")
-            return
-        live.reap_request, live.reap_forced, live.reap_retry_at = req, True, None
-        if live.state is not WorkerState.lost:
-            live.state, live.state_since = WorkerState.lost, workflow.now()
+        req = self._operator_request("force_reap", raw)
+        if req is not None:
+            out = machine.decide(self.live, workflow.now(), machine.ForceReap(req)).outcome
+            if out.verdict == "rejected":
+                self._reject(out.reason or "force_reap")
 
     @workflow.signal(name="drain")
     def drain(self, *args: Any) -> None:
@@ -175,11 +142,10 @@ class WorkerLiveness:
         self._set_draining(raw, draining=False)
 
     def _set_draining(self, raw: Any, draining: bool) -> None:
-        what = "drain" if draining else "undrain"
-        req = self._operator_request(what, self._drain if draining else self._undrain, raw)
+        req = self._operator_request("drain" if draining else "undrain", raw)
         if req is not None:
-            self.steps.drain_change = DrainChange(
-                worker=self.live.worker, draining=draining, reason=req.reason, actor=req.actor
+            self.live.drain_request = DrainRequest(
+                draining=draining, reason=req.reason, actor=req.actor
             )
 
     @workflow.signal(name="retire")
@@ -188,18 +154,11 @@ class WorkerLiveness:
         self._retire(front_door.first(args, "retire"))
 
     def _retire(self, raw: Any) -> None:
-        live = self.live
-        req = self._operator_request("retire", self._retire, raw)
-        if req is None:
-            return
-        if live.last_heartbeat_at is None or live.state is WorkerState.retired:
-            workflow.logger.info("retire of %s ignored: unknown or retired already", live.worker)
-            return
-        if retire_is_stale(req.boot_id, live.boot_id):
-            live.ignored += 1
-            workflow.logger.info("retire of %s's boot %s ignored: gone", live.worker, req.boot_id)
-            return
-        live.retire_request, live.retire_automatic, live.retire_retry_at = req, False, None
+        req = self._operator_request("retire", raw)
+        if req is not None:
+            out = machine.decide(self.live, workflow.now(), machine.Retire(req)).outcome
+            if out.reason is not None:
+                workflow.logger.info("%s: %s", self.live.worker, out.reason)
 
     @workflow.signal(name="gc_status")
     def gc_status(self, *args: Any) -> None:
@@ -241,7 +200,7 @@ class WorkerLiveness:
     def gc_stopped(self, *args: Any) -> None:
         """From the collector: it ended after this liveness retired its worker."""
         front_door.first(args, "gc_stopped")
-        self.steps.retirement.collector_stopped = True
+        self.live.collector_stopped = True
 
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -267,40 +226,37 @@ class WorkerLiveness:
                 "%s is not the liveness of %s: ending", workflow.info().workflow_id, live.worker
             )
             return
-        record, self.steps.local_writes, self.steps.refresh_at_bound = await begin_run(
-            live, self.gate, self.intake, first=inp.carried is None
-        )
-        early, self.early = self.early or [], None
-        for handler, raw in early:
-            handler(raw)
+        record = await begin_run(live, self.gate, first=inp.carried is None)
+        early, live.early = live.early or [], None
+        handlers = {"heartbeat": self._heartbeat, "force_reap": self._force_reap}
+        handlers |= {"drain": self._drain, "undrain": self._undrain, "retire": self._retire}
+        for name, raw in early:
+            handlers[name](raw)
         self.steps.view.show_details()  # dropped at continue-as-new: shown again
         if inp.carried is None and not await self.steps.retirement.registers_afresh(record):
             return
         while True:
-            await self.steps.step(self.clock.judge)
+            await self.steps.step()
             if live.state is WorkerState.retired:
                 self.timer.cancel()
                 await self.steps.retirement.end()
                 return
-            # Operator requests and chunks live outside the carried state: hand over only
-            # once they are handled (a signal in this very activation is seen here).
-            if (
-                should_continue_as_new()
-                and not self.intake.chunks
-                and self.steps.drain_change is None
-            ):
+            # A drain and chunks are applied before the run hands over (a signal in this
+            # very activation is seen here).
+            if should_continue_as_new() and not live.chunks and live.drain_request is None:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             fired = await self.timer.wait(
-                self.clock.next_deadline(),
+                machine.next_deadline(live),
                 self._has_work,
                 f"{live.state.value}: next liveness deadline",
             )
             if fired is not None:
-                self.clock.on_deadline(fired)
+                for note in machine.deadline_passed(live, fired, workflow.now()).notes:
+                    workflow.logger.warning("%s: %s", live.worker, note)
 
     def _has_work(self) -> bool:
-        return self.steps.has_work() or should_continue_as_new()
+        return bool(machine.due_steps(self.live)) or should_continue_as_new()
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -314,12 +270,10 @@ class WorkerLiveness:
                 from activities.metrics import count_rejected
             count_rejected()
 
-    def _operator_request(
-        self, what: str, handler: Callable[[Any], None], raw: Any
-    ) -> ReasonInput | None:
+    def _operator_request(self, what: str, raw: Any) -> ReasonInput | None:
         """An operator signal's request, or ``None`` if it is kept for later, malformed, or
         not authenticated (``required`` mode, §5.2); rejections are logged."""
-        if self._later(handler, raw):
+        if self._later(what, raw):
             return None
         req: ReasonInput | None = self._parse(ReasonInput, raw if raw is not None else {}, what)
         if req is None:
@@ -336,9 +290,7 @@ class WorkerLiveness:
             parsed: BaseModel = model.model_validate(raw)
             return parsed
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err.get("loc", ())) or "payload"
-            self._reject(f"{what}: {where}: {err.get('msg')}")
+            self._reject(f"{what}: {front_door.why_invalid(exc)}")
             return None
 
 

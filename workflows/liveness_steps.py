@@ -1,14 +1,14 @@
-"""The steps of one turn of a liveness loop, each a named effect of what the handlers recorded.
+"""The steps of one turn of a liveness loop: the effects (activities, children) of what
+``reaper.core.policy.liveness_machine`` finds due, in its fixed order (``Step``).
 
-``WorkerLiveness.run`` calls :meth:`LivenessSteps.step` whenever :meth:`LivenessSteps.has_work`
-or a deadline passes. The order matters: the state is recorded before anything acts on it
-(the reap and the collector read it from Postgres), a reap runs only once ``lost`` is
-recorded, and reports are forwarded only once the worker's latest return is recorded.
+``WorkerLiveness.run`` calls :meth:`LivenessSteps.step` whenever steps are due or a deadline
+passes. The order matters: the state is recorded before anything acts on it (the reap and
+the collector read it from Postgres), a reap runs only once ``lost`` is recorded, and
+reports are forwarded only once the worker's latest return is recorded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -20,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import DrainChange, HeartbeatRefresh, PinRequest, WorkerStateChange
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, Timings
-    from reaper.core.policy import liveness as policy
+    from reaper.core.policy import liveness_machine as machine
+    from reaper.core.policy.liveness_machine import Step
     from workflows.common import ACTIVITY_TIMEOUT, RETRY, run_activity
     from workflows.intake import ReportIntake
     from workflows.reap import reap_step
@@ -33,7 +34,8 @@ REFRESH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=0.5), maximum_att
 
 
 class LivenessSteps:
-    """The effects of a liveness, run in order by :meth:`step`.
+    """The effects of a liveness, run in order by :meth:`step` as
+    ``reaper.core.policy.liveness_machine`` finds them due.
 
     Args:
         live: the liveness's state (shared with the workflow and the intake).
@@ -43,124 +45,55 @@ class LivenessSteps:
     def __init__(self, live: LivenessState, intake: ReportIntake) -> None:
         self.live = live
         self.intake = intake
-        self.retirement = Retirement(live, intake)
-        self.drain_change: DrainChange | None = None
-        """A ``drain`` or ``undrain`` not yet applied (never carried: the loop applies it
-        before it continues as new)."""
+        self.retirement = Retirement(live)
         self.view = LivenessView(live)
         self.fleet_seen: str | None = None
         """The fleet state returned by this turn's record, if any (read by the reap)."""
-        self.local_writes = False
-        """Whether this run takes the ``lean-start`` patch (``workflows.run_start``, decided
-        once, at the start of the run): the registration and the heartbeat refreshes of the
-        worker's row are local activities (no activity task, no workflow task of their
-        own), and a record remembers what it wrote, not what arrived while it ran."""
-        self.refresh_at_bound = False
-        """Whether this run takes ``refresh-at-bound``: refreshes once the row's lag nears
-        ``STALL_AFTER``, not at half of it (``policy.liveness.row_refresh_due``)."""
 
     @property
     def timings(self) -> Timings:
         assert self.live.timings is not None
         return self.live.timings
 
-    # ---- what needs doing --------------------------------------------------------------
-
-    def need_record(self) -> bool:
-        """A state change, a return or a new boot to write (and, in runs recorded before the
-        ``lean-start`` patch, a lagging ``last_heartbeat_at``)."""
+    async def step(self) -> None:
+        """One turn: look at the clock, then run each step that is due, in
+        ``liveness_machine.ORDER``: record (or else refresh), pin, drain, reap, retire,
+        stage, forward, show. Each is asked again just before it runs, as the steps before
+        it may have made it due or not."""
         live = self.live
-        if live.last_heartbeat_at is None or live.state is WorkerState.retired:
-            return False
-        if live.recorded_state is not live.state or live.recorded_boot_id != live.boot_id:
-            return True
-        if live.recorded_forced != (live.reap_forced and live.state is WorkerState.lost):
-            return True
-        if live.state is WorkerState.running and live.recorded_return != live.returned_at:
-            return True
-        return not self.local_writes and self.need_refresh()
-
-    def need_refresh(self) -> bool:
-        """Only ``last_heartbeat_at`` lags: a refresh of the row (§5.3), nothing more."""
-        live = self.live
-        if live.last_heartbeat_at is None or live.state is WorkerState.retired:
-            return False
-        return policy.row_refresh_due(
-            live.last_heartbeat_at,
-            live.recorded_heartbeat_at,
-            self.timings.stall_after,
-            self.timings.heartbeat_interval if self.refresh_at_bound else None,
-        )
-
-    def need_pin(self) -> bool:
-        """A key pinned by a beat and not yet written to ``reaper.agent_keys`` (§5.2)."""
-        live = self.live
-        return live.agent_key is not None and not live.agent_key_recorded
-
-    def need_retire(self) -> bool:
-        live = self.live
-        return (
-            live.retire_request is not None
-            and live.retire_retry_at is None
-            and live.state is not WorkerState.retired
-        )
-
-    def need_reap(self) -> bool:
-        live = self.live
-        return (
-            live.reap_request is not None
-            and live.reap_retry_at is None
-            and live.recorded_state is WorkerState.lost
-            and live.recorded_forced == live.reap_forced
-        )
-
-    def need_forward(self) -> bool:
-        live = self.live
-        return (
-            bool(live.unforwarded)
-            and live.recorded_state is WorkerState.running
-            and live.recorded_return == live.returned_at
-        )
-
-    def has_work(self) -> bool:
-        """Whether :meth:`step` would do anything now."""
-        return (
-            self.need_record()
-            or self.need_refresh()
-            or self.need_reap()
-            or self.need_retire()
-            or self.drain_change is not None
-            or self.need_pin()
-            or self.need_forward()
-            or bool(self.intake.chunks)
-            or self.view.changed()
-        )
-
-    async def step(self, judge: Callable[[], None]) -> None:
-        """One turn: judge the clock, then record, drain, reap, stage, forward, show."""
         self.fleet_seen = None
-        judge()
-        if self.need_record():
-            await self.record_state()
-        elif self.need_refresh():
-            await self.refresh_row()
-        if self.need_pin():
-            await self.record_pin()
-        if self.drain_change is not None:
-            await self.apply_drain()
-        if self.need_reap():
-            seen, self.fleet_seen = self.fleet_seen, None
-            await reap_step(self.live, seen)
-        if self.need_retire():
-            await self.retirement.retire()
-            if self.live.state is WorkerState.retired:
+        for note in machine.decide(live, workflow.now(), machine.Clock()).outcome.notes:
+            workflow.logger.warning("%s: %s", live.worker, note)
+        recorded = False
+        for step in machine.ORDER:
+            if step is Step.refresh and recorded:
+                continue  # the record wrote the beat too
+            if step is Step.show:
                 self.view.show()
                 return
-        if self.intake.chunks:
-            await self.intake.stage_chunks()
-        if self.need_forward():
-            await self.intake.forward()
-        self.view.show()
+            if not machine.needs(step, live):
+                continue
+            if step is Step.record:
+                await self.record_state()
+                recorded = True
+            elif step is Step.refresh:
+                await self.refresh_row()
+            elif step is Step.pin:
+                await self.record_pin()
+            elif step is Step.drain:
+                await self.apply_drain()
+            elif step is Step.reap:
+                seen, self.fleet_seen = self.fleet_seen, None
+                await reap_step(live, seen)
+            elif step is Step.retire:
+                await self.retirement.retire()
+                if live.state is WorkerState.retired:
+                    self.view.show()
+                    return
+            elif step is Step.stage:
+                await self.intake.stage_chunks()
+            elif step is Step.forward:
+                await self.intake.forward()
 
     # ---- the steps ---------------------------------------------------------------------
 
@@ -189,7 +122,7 @@ class LivenessSteps:
             forced_reap=live.reap_forced and state is WorkerState.lost,
         )
         summary = f"{live.worker}: {what}"
-        if self.local_writes and live.recorded_state is None:
+        if live.features.local_writes and live.recorded_state is None:
             # A registration: a local activity, as cheap as a beat's (issue 11, metric 7a).
             done = await workflow.execute_local_activity_method(
                 ReaperActivities.record_worker_state,
@@ -201,7 +134,7 @@ class LivenessSteps:
         else:
             done = await run_activity(ReaperActivities.record_worker_state, change, summary=summary)
         live.recorded_state = state
-        if self.local_writes:  # what this record wrote
+        if live.features.local_writes:  # what this record wrote
             live.recorded_forced = change.forced_reap
             live.recorded_boot_id, live.recorded_heartbeat_at = (
                 change.boot_id,
@@ -266,8 +199,11 @@ class LivenessSteps:
     async def apply_drain(self) -> None:
         """Set or clear ``workers.draining``: while set, nothing new is placed on the worker."""
         live = self.live
-        change, self.drain_change = self.drain_change, None
-        assert change is not None
+        req, live.drain_request = live.drain_request, None
+        assert req is not None
+        change = DrainChange(
+            worker=live.worker, draining=req.draining, reason=req.reason, actor=req.actor
+        )
         verb = "drain" if change.draining else "undrain"
         changed = await run_activity(
             ReaperActivities.set_draining, change, summary=f"{verb} {live.worker}"

@@ -13,7 +13,6 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import WorkerState
     from reaper.core.models import LivenessState, Timings
     from workflows.common import collector_id, run_activity, signal_quietly, tell_placed
-    from workflows.intake import ReportIntake
 
 
 class Retirement:
@@ -21,14 +20,10 @@ class Retirement:
 
     Args:
         live: the liveness's state (shared, mutated here).
-        intake: the liveness's report intake (cleared of a retired boot's reports).
     """
 
-    def __init__(self, live: LivenessState, intake: ReportIntake) -> None:
+    def __init__(self, live: LivenessState) -> None:
         self.live = live
-        self.intake = intake
-        self.collector_stopped = False
-        """The collector said it ended (signal ``gc_stopped``)."""
 
     @property
     def timings(self) -> Timings:
@@ -89,7 +84,7 @@ class Retirement:
             return True  # a new boot: it registers afresh
         workflow.logger.info("beats of %s's retired boot %s ignored", live.worker, record.boot_id)
         live.unforwarded.clear()  # nothing of the retired boot is reconciled
-        self.intake.chunks.clear()
+        live.chunks.clear()
         live.ignored += 1
         live.state, live.state_since = WorkerState.retired, workflow.now()  # what agents see
         return False
@@ -102,7 +97,7 @@ class Retirement:
             collector_id(self.live.worker), "stop", None
         ):
             try:
-                await workflow.wait_condition(lambda: self.collector_stopped, timeout=30)
+                await workflow.wait_condition(lambda: self.live.collector_stopped, timeout=30)
             except TimeoutError:
                 workflow.logger.warning("collector of %s did not stop", self.live.worker)
         await workflow.wait_condition(workflow.all_handlers_finished)

@@ -20,10 +20,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import BeginRun, WorkerRecord
-    from reaper.core.models import LivenessState
+    from reaper.core.models import LivenessState, RunFeatures
     from workflows.common import CHANGE_FEED, run_activity
     from workflows.gate import Gate
-    from workflows.intake import ReportIntake
 
 ONE_READ_START = "one-read-start"
 """Patch: a run's three start-up reads in one activity (``begin_liveness``)."""
@@ -41,28 +40,30 @@ defaults instead of every other one."""
 READ_TIMEOUT = timedelta(seconds=10)
 
 
-async def begin_run(
-    live: LivenessState, gate: Gate, intake: ReportIntake, first: bool
-) -> tuple[WorkerRecord | None, bool, bool]:
+async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecord | None:
     """Load ``live.timings`` and the pin (through ``gate``); on a ``first`` run also the
     worker's row, for ``Retirement.registers_afresh`` (``None``: not read here, it reads
     the row itself, as runs before ``one-read-start`` did). Decides, at this fixed point of
-    the run, whether ``intake`` takes the change feed (patch ``change-feed``).
+    the run, its ``live.features`` from its patch markers, never from a signal handler,
+    whose activation a replay may place elsewhere: ``refresh-at-bound`` implies
+    ``lean-start`` (a new run records that marker alone), which implies the change feed.
 
     Returns:
-        The worker's row (or ``None``), whether the run takes ``lean-start`` and whether
-        it takes ``refresh-at-bound`` (which implies ``lean-start``; a new run records that
-        marker alone).
+        The worker's row, or ``None``.
     """
     at_bound = workflow.patched(REFRESH_AT_BOUND)
     lean = at_bound or workflow.patched(LEAN_START)
-    intake.change_feed = lean or workflow.patched(CHANGE_FEED)
+    live.features = RunFeatures(
+        local_writes=lean,
+        refresh_at_bound=at_bound,
+        change_feed=lean or workflow.patched(CHANGE_FEED),
+    )
     if not lean and not workflow.patched(ONE_READ_START):
         live.timings = await workflow.execute_local_activity_method(
             ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT
         )
         await gate.load_pin()
-        return None, False, False
+        return None
     start = await run_activity(
         ReaperActivities.begin_liveness,
         BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
@@ -70,4 +71,4 @@ async def begin_run(
     )
     live.timings = start.timings
     gate.use_pin(start.agent_key)
-    return start.record, lean, at_bound
+    return start.record

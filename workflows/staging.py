@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import StageChunk
-    from reaper.core.contract import ReportChunk
-    from reaper.core.models import LivenessState, Report, Staging
+    from reaper.core.models import LivenessState, QueuedChunk, Report, Staging
     from reaper.core.protocol import chunk_handles
     from workflows.common import run_activity, start_activity
 
@@ -29,27 +27,23 @@ INLINE_KEEP_BYTES = 64 * 1024
 """A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
 workflow state or sent to the collector in a signal (no payload near Temporal's 256 KiB)."""
 
-Queued = tuple[ReportChunk, datetime, str, bool]
-"""A chunk waiting to be staged: the chunk, when its beat was taken (UTC), the beat's boot
-id, and whether that beat was the worker's return."""
 
-
-def next_batch(chunks: list[Queued]) -> list[Queued]:
+def next_batch(chunks: list[QueuedChunk]) -> list[QueuedChunk]:
     """Take the next chunks to stage at once from ``chunks``: consecutive chunks of one
     report, at most ``STAGE_PARALLEL``."""
     batch = [chunks.pop(0)]
-    first = batch[0][0]
+    first = batch[0].chunk
     while (
         len(batch) < STAGE_PARALLEL
         and chunks
-        and (chunks[0][0].kind, chunks[0][0].report_id) == (first.kind, first.report_id)
+        and (chunks[0].chunk.kind, chunks[0].chunk.report_id) == (first.kind, first.report_id)
     ):
         batch.append(chunks.pop(0))
     return batch
 
 
 async def stage_batch(
-    live: LivenessState, batch: list[Queued], reject: Callable[[str], None]
+    live: LivenessState, batch: list[QueuedChunk], reject: Callable[[str], None]
 ) -> list[tuple[Report, bool]]:
     """Stage ``batch`` concurrently (one activity per chunk).
 
@@ -64,7 +58,8 @@ async def stage_batch(
         order, for the intake to offer.
     """
     jobs = []
-    for chunk, at, boot_id, returned in batch:
+    for queued in batch:
+        chunk, at, boot_id = queued.chunk, queued.taken_at, queued.boot_id
         staging = live.staging.get(chunk.kind)
         if staging is None or staging.report_id != chunk.report_id:
             staging = Staging(
@@ -95,7 +90,7 @@ async def stage_batch(
             ),
             summary=f"stage {chunk.kind} chunk {chunk.index + 1}/{chunk.count}",
         )
-        jobs.append((chunk, staging, returned, handle))
+        jobs.append((chunk, staging, queued.returned, handle))
     results = await asyncio.gather(*(job[3] for job in jobs))
     complete = []
     for (chunk, staging, returned, _), res in zip(jobs, results, strict=True):

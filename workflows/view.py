@@ -14,8 +14,9 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from reaper.core.contract import KINDS, StateView, WorkerState
+    from reaper.core.contract import KINDS, StateView
     from reaper.core.models import CollectorState, LivenessState, Timings
+    from reaper.core.policy.liveness_machine import shown_values
     from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, collector_id
 
 
@@ -138,17 +139,7 @@ class LivenessView:
 
     def __init__(self, live: LivenessState) -> None:
         self.live = live
-        self.shown: tuple[str, int] | None = None
-        """Search attribute values last upserted."""
         self.details = CurrentDetails()
-
-    def attribute_values(self) -> tuple[str, int]:
-        """``(ReaperState, ReaperMissing)`` as the Web UI should show them."""
-        live = self.live
-        shown = live.state.value
-        if live.draining and live.state is WorkerState.running:
-            shown = "draining"
-        return shown, sum(status.missing for status in live.collected.values())
 
     def show_details(self) -> None:
         """Keep the Web UI's current details live (no history event; rebuilt on a change)."""
@@ -157,18 +148,14 @@ class LivenessView:
             liveness_facts(live), lambda: liveness_details(live, collector_id(live.worker))
         )
 
-    def changed(self) -> bool:
-        """Whether the search attributes shown are out of date."""
-        return self.shown != self.attribute_values()
-
     def show(self) -> None:
         """Show the state: current details, and the search attributes when they changed
-        (CONTRACT.md §2)."""
+        (CONTRACT.md §2; ``liveness_machine.shown_values``)."""
         self.show_details()
-        values = self.attribute_values()
-        if values == self.shown:
+        values = shown_values(self.live)
+        if values == self.live.shown:
             return
-        self.shown = values
+        self.live.shown = values
         workflow.upsert_search_attributes(
             [
                 WORKER_ATTR.value_set(self.live.worker),

@@ -7,11 +7,12 @@ each crosses Temporal as JSON through ``pydantic_data_converter``.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from reaper.core.config import Settings
-from reaper.core.contract import Kind, ReasonInput, WorkerState
+from reaper.core.contract import Kind, ReasonInput, ReportChunk, WorkerState
 from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.collection import carries_also_seen, coalesce, recheck_at
 
@@ -58,18 +59,26 @@ class Timings(BaseModel):
 class KindStatus(BaseModel):
     """What the collector last found for one kind of handle on one worker."""
 
+    model_config = ConfigDict(
+        validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
     missing: int = 0
     orphans: list[str] = Field(default_factory=list)
     next_due: datetime | None = None
     """UTC time at which the oldest missing handle will have been missing for ``MISSING_TTL``."""
-    orphan_due: datetime | None = None
-    """UTC time at which the oldest reported-but-unknown handle that is not an orphan yet will
-    have been unknown for ``MISSING_TTL`` (it becomes an orphan on the next report then)."""
+    recheck_due: datetime | None = Field(default=None, alias="orphan_due")
+    """UTC time at which the kind's next time rule other than the destroy falls due, on the
+    next report: the oldest reported-but-unknown handle becomes an orphan (``MISSING_TTL``
+    after it was first reported), or the oldest row being created times out
+    (``CREATING_TIMEOUT``); ``reaper.core.policy.time_rules``. On the wire it keeps the
+    name ``orphan_due``, under which release 1.0.0's collectors read it, so a collector of
+    either release keeps the same timer on the same history (CHANGELOG.md)."""
 
     def recheck_at(self) -> datetime | None:
         """When the collector next needs a fresh report of this kind (UTC), or ``None``
         (``policy.collection.recheck_at``)."""
-        return recheck_at(self.next_due, self.orphan_due)
+        return recheck_at(self.next_due, self.recheck_due)
 
 
 class Report(BaseModel):
@@ -129,8 +138,41 @@ class Staging(BaseModel):
     chunks_staged: int = 0
 
 
+class RunFeatures(BaseModel):
+    """What a liveness run does, decided once at its start by its patch markers
+    (``workflows/run_start.py``) and recorded in its history; a new run decides again."""
+
+    local_writes: bool = False
+    """``lean-start``: the registration and the heartbeat refreshes of the worker's row are
+    local activities, and a record remembers what it wrote, not what arrived meanwhile."""
+    refresh_at_bound: bool = False
+    """``refresh-at-bound``: refreshes once the row's lag nears ``STALL_AFTER``."""
+    change_feed: bool = False
+    """``change-feed``: an unchanged report is re-diffed every ``FULL_RESYNC_INTERVAL``."""
+
+
+class DrainRequest(BaseModel):
+    """An operator's ``drain`` (``draining``) or ``undrain``, not yet applied."""
+
+    draining: bool
+    reason: str = ""
+    actor: str = "operator"
+
+
+class QueuedChunk(BaseModel):
+    """A chunk of a large report waiting to be staged in Postgres, with when its beat was
+    taken (UTC), the beat's boot id, and whether that beat was the worker's return."""
+
+    chunk: ReportChunk
+    taken_at: datetime
+    boot_id: str
+    returned: bool
+
+
 class LivenessState(BaseModel):
-    """All state of one ``WorkerLiveness`` run: the value handed over at continue-as-new."""
+    """All state of one ``WorkerLiveness`` run, in one value: what its handlers recorded,
+    what its loop acts on (``reaper.core.policy.liveness_machine``), and what it hands over
+    at continue-as-new. The fields under "this run" are reset when a run starts."""
 
     worker: str
     timings: Timings | None = None
@@ -200,6 +242,20 @@ class LivenessState(BaseModel):
     """Signatures of operator signals that acted -> their ``signed_at``: a replay is refused."""
     ignored: int = 0
     """Well-formed beats dropped by the fence (duplicate, late, or from an older boot)."""
+    # -- this run: not yet applied when a run may hand over, reset when a run starts --
+    features: RunFeatures = Field(default_factory=RunFeatures)
+    drain_request: DrainRequest | None = None
+    """A ``drain`` or ``undrain`` not yet applied (a run hands over only once it is)."""
+    chunks: list[QueuedChunk] = Field(default_factory=list)
+    """Chunks waiting to be staged (a run hands over only once they are)."""
+    early: list[tuple[str, Any]] | None = Field(default_factory=list)
+    """Signals (name, raw argument) that arrived before this run loaded its settings (who
+    may speak depends on them, §5.2): handled, in order, once they are loaded; ``None``
+    from then on."""
+    collector_stopped: bool = False
+    """The collector said it ended (signal ``gc_stopped``), after a retirement."""
+    shown: tuple[str, int] | None = None
+    """``(ReaperState, ReaperMissing)`` as last upserted by this run (None: not yet)."""
 
 
 class CollectorState(BaseModel):

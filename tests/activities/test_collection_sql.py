@@ -18,7 +18,8 @@ from activities import ReaperActivities
 from activities.types import DestroyInput, ReconcileInput
 from reaper.core.config import Settings
 from reaper.core.contract import WorkerState
-from reaper.core.policy.collection import RowVerdict, may_destroy, report_decides, row_verdict
+from reaper.core.policy.collection import report_decides
+from tests.support.rule_models import RowVerdict, may_destroy, row_verdict
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 from tests.support.sealed import sealed  # noqa: E402

@@ -7,14 +7,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-from activities.repair import SUSPECTS
-from reaper.core.policy.repair import (
-    REPAIRABLE_STATES,
-    is_suspect,
-    retire_cutoff,
-    suspect_after,
-    suspect_cutoff,
-)
+from activities.repair import find_suspects
+from reaper.core.policy.repair import retire_cutoff, suspect_after, suspect_cutoff
+from tests.support.rule_models import is_suspect
 
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 TIMINGS = (1.0, 3.0, 6.0)  # heartbeat interval, STALL_AFTER, LOST_AFTER (seconds)
@@ -39,16 +34,16 @@ async def test_suspects_sql_agrees_with_the_policy(pool):
     )
     cutoff = suspect_cutoff(NOW, *TIMINGS)
     retire_by = retire_cutoff(NOW, TIMINGS[0], RETIRE_AFTER)
-    selected = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, len(rows), retire_by)
+    selected = await find_suspects(pool, cutoff, len(rows), retire_by)
     expected = {
         name
         for name, state, last, since in rows
         if is_suspect(state, last, NOW, *TIMINGS, since, RETIRE_AFTER)
     }
-    assert {r["name"] for r in selected} == expected
+    assert set(selected) == expected
     assert expected  # the draw holds suspects and non-suspects alike
     assert len(expected) < len(rows)
 
     assert any(state == "lost" for name, state, *_ in rows if name in expected)
-    limited = await pool.fetch(SUSPECTS, sorted(REPAIRABLE_STATES), cutoff, 3, retire_by)
-    assert len(limited) == 3 and {r["name"] for r in limited} <= expected
+    limited = await find_suspects(pool, cutoff, 3, retire_by)
+    assert len(limited) == 3 and set(limited) <= expected

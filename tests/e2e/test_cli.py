@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from reaper.cli.agent import RETIRE_ON_STOP_REASON, Agent
 from reaper.cli.processes import free_port, is_listening
 from reaper.core.contract import RETIRE_SIGNAL, StateView
+from tests.support.cli import reaper, run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
@@ -35,31 +36,8 @@ FAST = dict(
 )
 
 
-def reaper(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run ``reaper ARGS`` in a fresh process; no ``.env`` of the caller leaks in."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "reaper.cli", *args],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(__file__).parent,
-    )
-
-
 def address(env: WorkflowEnvironment) -> str:
     return env.client.service_client.config.target_host
-
-
-async def run_cli(
-    *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``reaper`` in a thread, so the in-process controller keeps serving meanwhile."""
-    return await asyncio.to_thread(reaper, *args, env=env)
 
 
 async def test_force_reap_of_an_unknown_worker_is_refused(dev_env: WorkflowEnvironment) -> None:
@@ -90,7 +68,7 @@ async def test_retire_and_undrain_of_an_unknown_worker_are_refused(
 def test_bad_configuration_names_the_variable() -> None:
     out = reaper("run", "--heartbeat-interval", "10s", "--stall-after", "15s")
     assert out.returncode == 2, out
-    assert "REAPER_STALL_AFTER" in out.stderr
+    assert "--stall-after must be at least 2 * --heartbeat-interval" in out.stderr, out
     out = reaper("agent", "--worker", "w 1", "--state-dir", "/tmp/x")
     assert out.returncode == 1 and "--worker" in out.stderr, out
 

@@ -1,9 +1,11 @@
-"""The operator and agent guides stay true to the code (static; the worked example of the
-agent guide is run by test_agent_protocol_doc.py).
+"""The README and docs/ stay true to the code (static; the worked example of the agent guide
+is run by test_agent_protocol_doc.py, the stale clock's reproduction by
+test_stale_clock_repro.py).
 
 Every setting (Settings fields and the contract's variables) is documented with its real
-default; the alert runbook anchors exist; every ``reaper`` command and flag the guides use
-exists; internal links resolve; the README links both guides right after its two commands.
+default; the alert runbook anchors exist; every ``reaper`` command and flag the guides and the
+README use exists; internal links and anchors of every page resolve; the README links every
+page of docs/ right after its two commands; nothing refers to files outside the repository.
 """
 
 from __future__ import annotations
@@ -21,8 +23,16 @@ from tests.support.paths import ROOT
 
 OPERATOR = ROOT / "docs" / "operator-guide.md"
 AGENT = ROOT / "docs" / "agent-protocol.md"
-GUIDES = (OPERATOR, AGENT)
+RUNTIMES = ROOT / "docs" / "agent-runtimes.md"
+GUIDES = (OPERATOR, AGENT, RUNTIMES)
 README = ROOT / "README.md"
+PAGES = (
+    README,
+    ROOT / "CHANGELOG.md",
+    ROOT / "BENCHMARKS.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+)
+"""Every Markdown page of the project: the README, the changelog, the benchmarks and docs/."""
 RUNBOOKS = (
     "runbook-lost-worker",
     "runbook-fleet-disruption",
@@ -98,7 +108,7 @@ def test_runbook_anchors_exist() -> None:
         assert anchor in {slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, re.MULTILINE)}
 
 
-@pytest.mark.parametrize("guide", (*GUIDES, README), ids=lambda p: p.name)
+@pytest.mark.parametrize("guide", PAGES, ids=lambda p: p.name)
 def test_links_resolve(guide: Path) -> None:
     text = guide.read_text(encoding="utf-8")
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
@@ -111,7 +121,7 @@ def test_links_resolve(guide: Path) -> None:
             assert anchor in anchors(doc.read_text(encoding="utf-8")), f"{guide.name}: {target}"
 
 
-@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: p.name)
+@pytest.mark.parametrize("guide", (*GUIDES, README), ids=lambda p: p.name)
 def test_reaper_commands_and_flags_exist(guide: Path) -> None:
     cli = typer.main.get_command(app)
     commands = cli.commands  # type: ignore[attr-defined]
@@ -128,7 +138,7 @@ def test_reaper_commands_and_flags_exist(guide: Path) -> None:
     assert uses >= (10 if guide == OPERATOR else 2)
 
 
-def test_readme_links_the_guides_after_its_two_commands() -> None:
+def test_readme_links_the_docs_after_its_two_commands() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     first_block = re.search(r"```sh\n(.*?)```", readme, re.DOTALL)
     assert first_block
@@ -140,3 +150,28 @@ def test_readme_links_the_guides_after_its_two_commands() -> None:
     assert first_block.end() < docs < readme.index("## What reaper is")
     section = readme[docs : readme.index("## What reaper is")]
     assert "(docs/operator-guide.md)" in section and "(docs/agent-protocol.md)" in section
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in section, f"the README does not link docs/{page.name}"
+
+
+OUTSIDE = ("../shared", "TEMPORAL.md", "ENV.md", "STYLE.md")
+"""Files beside the checkout that the project once pointed at; it must stand alone."""
+ALLOWED_OUTSIDE = {
+    Path("tests/core/test_contract_doc.py"),  # compares docs/CONTRACT.md with the shared one
+    Path("tests/e2e/test_docs.py"),  # this list
+}
+
+
+def test_nothing_refers_to_files_outside_the_repository() -> None:
+    kinds = {".py", ".md", ".toml", ".yml", ".yaml", ".json", ".sql", ".sh", ".txt"}
+    skip = {".git", ".venv", ".reaper", "node_modules"}
+    found = []
+    for path in sorted(ROOT.rglob("*")):
+        rel = path.relative_to(ROOT)
+        if skip & set(rel.parts) or not path.is_file() or rel in ALLOWED_OUTSIDE:
+            continue
+        if path.suffix not in kinds and path.name not in {"Makefile", "Dockerfile"}:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{rel}: {name}" for name in OUTSIDE if name in text]
+    assert not found, found

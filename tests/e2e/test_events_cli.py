@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.base import write_events
 from reaper.core.contract import StateView
+from tests.support.cli import reaper as run_reaper
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
@@ -47,17 +48,8 @@ COMMANDS = [
 
 
 def reaper(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``reaper ARGS`` in a fresh process, no ``REAPER_*`` variable or ``.env`` leaking in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    env["COLUMNS"] = "80"
-    return subprocess.run(
-        [sys.executable, "-m", "reaper.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(__file__).parent,
-    )
+    """``reaper ARGS`` in a fresh process at 80 columns (``tests.support.cli.reaper``)."""
+    return run_reaper(*args, env={"COLUMNS": "80"}, timeout=timeout)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

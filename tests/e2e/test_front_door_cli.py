@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,21 +77,8 @@ async def test_raw_json_through_the_temporal_cli_changes_nothing(
 ) -> None:
     client, tq = dev_env.client, f"tq-door-{uuid.uuid4().hex[:8]}"
     w = f"door-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "HOME": str(tmp_path),
-    }
-    await pool.execute(
-        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
-    )
-    key = new_private_key()
-
-    def beat(seq: int) -> dict[str, Any]:
-        return sign_heartbeat(
-            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
-        )
+    env = cli_env(client, tmp_path)
+    beat = await signed_worker_holding_c1(pool, w)
 
     # `required`: an unsigned operator signal is rejected (in `pin` one would act, as in v1).
     async with controller(client, pool, make_settings(agent_auth="required", **SLOW), tq):
@@ -133,6 +121,32 @@ async def test_raw_json_through_the_temporal_cli_changes_nothing(
         assert failed == 0
 
 
+def cli_env(client: Any, home: Path) -> dict[str, str]:
+    """The ``temporal`` CLI's environment for the test's dev server (its own HOME)."""
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "HOME": str(home),
+    }
+
+
+async def signed_worker_holding_c1(pool: asyncpg.Pool, w: str) -> Callable[[int], dict[str, Any]]:
+    """Container ``c-1`` of worker ``w`` in Postgres, and the beats of an agent that signs
+    with a key of its own and holds ``c-1``: ``beat(seq)``."""
+    await pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
+    )
+    key = new_private_key()
+
+    def beat(seq: int) -> dict[str, Any]:
+        return sign_heartbeat(
+            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
+        )
+
+    return beat
+
+
 ARITY = {
     "WorkerLiveness": ["heartbeat", "force_reap", "drain", "gc_status", "want_report", "labels"],
     "HandleCollector": ["report", "labels", "heartbeat"],
@@ -149,21 +163,8 @@ async def test_several_inputs_through_the_temporal_cli_wedge_nothing(
     with several: no task fails, no row changes, the next ordinary beat is applied."""
     client, tq = dev_env.client, f"tq-arity-{uuid.uuid4().hex[:8]}"
     w = f"arity-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "HOME": str(tmp_path),
-    }
-    await pool.execute(
-        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
-    )
-    key = new_private_key()
-
-    def beat(seq: int) -> dict[str, Any]:
-        return sign_heartbeat(
-            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
-        )
+    env = cli_env(client, tmp_path)
+    beat = await signed_worker_holding_c1(pool, w)
 
     inputs: list[list[str]] = []
 

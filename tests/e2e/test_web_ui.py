@@ -2,7 +2,7 @@
 
 A dev server with its Web UI, Postgres and a controller process; three simulated agents, one
 of which falls silent and is lost. Then, as an operator would: the workflows list filtered
-by ``ReaperState="lost"`` (the README's ready-made link) shows exactly the lost worker's
+by ``ReaperState="lost"`` (the operator guide's ready-made link) shows exactly the lost worker's
 liveness, with the ``Reaper*`` columns added through "Configure Workflows Table"; the
 liveness's page shows its worker, state, last heartbeat and missing count (its current
 details). Screenshots are kept under ``.reaper/artifacts/web-ui/`` (gitignored); two of them
@@ -61,7 +61,7 @@ pytestmark = [
 
 
 def list_url(ui: str, query: str) -> str:
-    """The Web UI's workflows list filtered by a visibility ``query`` (as the README links)."""
+    """The Web UI's workflows list filtered by a visibility ``query`` (the guide's links)."""
     return f"{ui}/namespaces/default/workflows?query={quote(query, safe='')}"
 
 
@@ -169,7 +169,7 @@ async def test_web_ui_lists_the_lost_worker_and_shows_its_liveness(web_stack, po
                 await expect(rows.first).to_contain_text(liveness_id(c), timeout=WAIT_MS)
 
                 await page.get_by_role("button", name="Collapse Navigation").click()
-                # The README's recipe: Configure Workflows Table, add the Reaper* columns.
+                # The operator guide's recipe: Configure Workflows Table, add the Reaper* columns.
                 await page.get_by_test_id("workflows-summary-table-configuration-button").click()
                 for column in ("ReaperWorker", "ReaperState", "ReaperMissing"):
                     await page.get_by_test_id(f"orderable-list-item-{column}-add-button").click()

@@ -9,20 +9,17 @@ import pytest
 
 from reaper.core.contract import WorkerState
 from reaper.core.policy.collection import (
-    RowVerdict,
     carries_also_seen,
     coalesce,
     destroy_refused,
     is_due,
     mass_drop_held,
-    may_destroy,
     next_due,
     recheck_at,
     report_decides,
-    row_verdict,
     should_forward,
-    stuck_creating,
 )
+from tests.support.rule_models import RowVerdict, may_destroy, row_verdict, stuck_creating
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 TTL = 300

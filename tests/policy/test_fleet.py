@@ -11,13 +11,13 @@ from reaper.core.policy.fleet import (
     Bucket,
     FleetState,
     fleet_state,
-    is_stray,
     may_reap,
     may_retire,
     retire_due,
     retire_is_stale,
     take_reap_token,
 )
+from tests.support.rule_models import is_stray
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 N, P, F = FleetState.normal, FleetState.partial, FleetState.full

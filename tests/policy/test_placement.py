@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reaper.core.policy.placement import deficit, place, place_owed, placeable
+from reaper.core.policy.placement import deficit, place, place_owed
+from tests.support.rule_models import placeable
 
 
 @pytest.mark.parametrize(

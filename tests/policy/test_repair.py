@@ -15,13 +15,13 @@ from reaper.core.policy.repair import (
     Verdict,
     failures_in_a_row,
     is_stuck,
-    is_suspect,
     latest_replayable,
     rejected_event_id,
     repair_verdict,
     retire_cutoff,
     suspect_after,
 )
+from tests.support.rule_models import is_suspect
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 HB, STALL, LOST = 10.0, 30.0, 300.0

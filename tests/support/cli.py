@@ -3,8 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from tests.support.controller import find_binary
+
+
+def reaper(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``reaper ARGS`` in a fresh process; no ``.env`` or ``REAPER_*`` of the caller
+    leaks in."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "reaper.cli", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).parent,
+    )
+
+
+async def run_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``reaper`` in a thread, so an in-process controller keeps serving meanwhile."""
+    return await asyncio.to_thread(reaper, *args, env=env)
 
 
 async def temporal(address: str, *args: str, timeout: float = 30.0) -> str:

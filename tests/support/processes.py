@@ -1,8 +1,9 @@
 """Real child processes a test can signal, SIGKILL, stop and restart: the controller
-(``python worker.py``) and a Temporal dev server of the test's own."""
+(``python worker.py``), a Temporal dev server of the test's own, and ``reaper agent``."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from reaper.cli.processes import free_port, is_listening
 from reaper.core.contract import SEARCH_ATTRIBUTES
@@ -181,3 +183,43 @@ class DevServer(ChildProcess):
             return up and (self.ui_port is None or is_listening("127.0.0.1", self.ui_port, 0.2))
 
         await eventually(up, bool, timeout=30, poll=0.05, what="the dev server listening")
+
+
+class AgentProcess(ChildProcess):
+    """``reaper agent ARGS`` as a child process (no ``REAPER_*`` of the caller), logging one
+    JSON object per line to ``log`` (its standard error is not a terminal)."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "reaper.cli", "agent", *self.args],
+                env=env,
+                cwd=self.log.parent,  # no .env of the repository
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def lines(self) -> list[dict[str, Any]]:
+        """The log's JSON records so far (other lines skipped)."""
+        if not self.log.exists():
+            return []
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def messages(self, containing: str) -> list[str]:
+        """The logged messages that contain ``containing``."""
+        return [r["msg"] for r in self.lines() if containing in str(r.get("msg", ""))]

@@ -6,6 +6,7 @@ from reaper.cli.commands import (  # noqa: F401  (registers them)
     demo,
     drain,
     events,
+    explain,
     run,
     trial,
     workers,

@@ -18,14 +18,15 @@ from reaper.cli.app import (
     ADDRESS_OPTION,
     NAMESPACE_OPTION,
     CliError,
+    PlainArgumentsCommand,
     app,
     connect_temporal,
+    connection_settings_from,
     console,
     exit_now,
     fail,
-    settings_from,
 )
-from reaper.core.config import Settings
+from reaper.core.config import ConnectionSettings
 from reaper.core.contract import (
     DRAIN_SIGNAL,
     FORCE_REAP_SIGNAL,
@@ -50,7 +51,7 @@ def operator_actor() -> str:
     return os.environ.get("USER") or "operator"
 
 
-async def signal_worker(settings: Settings, worker: str, name: str, reason: str) -> str:
+async def signal_worker(settings: ConnectionSettings, worker: str, name: str, reason: str) -> str:
     """Send operator signal ``name`` (``force_reap``, ``drain``, ``undrain``, ``retire``) to a
     running liveness.
 
@@ -91,7 +92,7 @@ def _operator_signal(
     name: str, worker: str, reason: str, address: str | None, namespace: str | None
 ) -> None:
     try:
-        settings = settings_from(temporal_address=address, namespace=namespace)
+        settings = connection_settings_from(temporal_address=address, namespace=namespace)
         actor = asyncio.run(signal_worker(settings, worker, name, reason))
     except CliError as exc:
         fail(exc)
@@ -103,7 +104,9 @@ def _operator_signal(
     exit_now(0)
 
 
-@app.command("force-reap", short_help="Reap WORKER now and replace its tasks.")
+@app.command(
+    "force-reap", short_help="Reap WORKER now and replace its tasks.", cls=PlainArgumentsCommand
+)
 def force_reap(
     worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
     reason: str = REASON_OPTION,
@@ -114,7 +117,7 @@ def force_reap(
     _operator_signal(FORCE_REAP_SIGNAL, worker, reason, address, namespace)
 
 
-@app.command(short_help="Place nothing new on WORKER.")
+@app.command(short_help="Place nothing new on WORKER.", cls=PlainArgumentsCommand)
 def drain(
     worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
     reason: str = REASON_OPTION,
@@ -125,7 +128,7 @@ def drain(
     _operator_signal(DRAIN_SIGNAL, worker, reason, address, namespace)
 
 
-@app.command(short_help="Let placements on WORKER resume.")
+@app.command(short_help="Let placements on WORKER resume.", cls=PlainArgumentsCommand)
 def undrain(
     worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
     reason: str = REASON_OPTION,
@@ -136,7 +139,7 @@ def undrain(
     _operator_signal(UNDRAIN_SIGNAL, worker, reason, address, namespace)
 
 
-@app.command(short_help="Take WORKER out of the fleet for good.")
+@app.command(short_help="Take WORKER out of the fleet for good.", cls=PlainArgumentsCommand)
 def retire(
     worker: str = typer.Argument(..., metavar="WORKER", help="The worker's name."),
     reason: str = REASON_OPTION,

@@ -20,10 +20,11 @@ from reaper.cli.app import (
     STATE_DIR_OPTION,
     CliError,
     app,
+    connection_settings_from,
     console,
+    err,
     exit_now,
     fail,
-    settings_from,
 )
 from reaper.cli.commands.workers import find_database_url
 from reaper.core.config import ConfigError, parse_duration
@@ -119,6 +120,8 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
             raise CliError("no reaper schema in this database yet (has the controller started?)")
         rows = await read.events(conn, limit=limit or None, **filters)
         show(rows, js)
+        if not rows:
+            no_events(filters, follow, js)
         last = rows[-1].id if rows else await _last_id(conn)
         while follow and not stop.is_set():
             try:
@@ -130,6 +133,21 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
             last = rows[-1].id if rows else last
     finally:
         await conn.close()
+
+
+def no_events(filters: dict[str, Any], follow: bool, json_lines: bool) -> None:
+    """Say that nothing matched, in one line: ``no events`` and the filters that applied
+    (``--follow``: and that new ones will be printed). On standard error with ``--json``,
+    whose standard output stays JSON lines only."""
+    given = [
+        f"{name} {value.isoformat() if isinstance(value, datetime) else value}"
+        for name, value in filters.items()
+        if value is not None
+    ]
+    text = "no events" + (f" ({', '.join(given)})" if given else "")
+    if follow:
+        text += "; waiting for new ones (Ctrl-C to stop)"
+    (err if json_lines else console).print(text, highlight=False, markup=False)
 
 
 async def _last_id(conn: Any) -> int:
@@ -187,7 +205,7 @@ def events(
             "since": parse_when(since, now, "--since"),
             "until": parse_when(until, now, "--until"),
         }
-        settings = settings_from(database_url=database_url, state_dir=state_dir)
+        settings = connection_settings_from(database_url=database_url, state_dir=state_dir)
         url = find_database_url(settings)
         if url is None:
             raise CliError(

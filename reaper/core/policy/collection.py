@@ -1,11 +1,14 @@
 """Collection policy: what a complete report marks and clears, and when a handle is destroyed.
 
 CONTRACT.md §4 rules 1-4, after Concourse's ``atc/gc`` (mark ``missing_since``, wait out the
-TTL, recheck, destroy). The whole answer to "when is a handle destroyed?" is
-:func:`report_decides` (may this report decide anything?), :func:`row_verdict` (what it does
-to one row) and :func:`may_destroy` (is a marked row due, on this report's evidence?). The
-activities run the same rules as set-based SQL guards (``activities/collection.py``), and a
-property test checks that the two agree on random rows.
+TTL, recheck, destroy). "When is a handle destroyed?" is answered here and in one statement:
+:func:`report_decides` (may this report decide anything?), :func:`next_due` (when its
+oldest mark falls due, the collector's timer), :func:`destroy_cutoff` and
+:func:`destroy_refused` (on a fresh report's evidence, if the worker decides and the fleet
+is not fully disrupted), and ``activities/collection_sql.py`` ``REMOVE_MISSING``, the
+set-based statement that is the rule for the rows themselves (Concourse's
+``RemoveMissingContainers``). Row-by-row models of the SQL live with the tests
+(``tests/support/rule_models.py``), which check that the two agree on random rows.
 
 Pure functions over values; times are timezone-aware UTC ``datetime``s, durations seconds.
 """
@@ -14,28 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
 
+from reaper.core import states
 from reaper.core.contract import WorkerState
-
-MARKABLE: dict[str, tuple[str, ...]] = {
-    "containers": ("created", "destroying"),
-    "volumes": ("created", "destroying"),
-    "tasks": ("running",),
-}
-"""Row states that may be marked missing, per kind (rule 2: never ``creating``, never a
-``pending`` task, which its worker has not started yet)."""
-
-
-class RowVerdict(str, Enum):
-    """What one complete report does to one of its worker's rows (rules 1-3)."""
-
-    mark = "mark"
-    """Absent from the report, markable, not marked yet: ``missing_since`` = ``taken_at``."""
-    clear = "clear"
-    """Present in the report and marked: ``missing_since`` cleared."""
-    keep = "keep"
-    """Nothing to write (rule 3: ``missing_since`` is written only when it changes)."""
 
 
 def report_decides(
@@ -58,40 +42,11 @@ def report_decides(
         ``None`` if the report decides, else the reason it is skipped.
     """
     state = WorkerState(worker_state) if worker_state is not None else None
-    if state is not WorkerState.running:
+    if state is None or not states.worker(state).decides:
         return f"worker is {state.value if state else 'unknown'}"
     if state_since is not None and taken_at < state_since:
         return f"report taken before the return at {state_since.isoformat()}"
     return None
-
-
-def row_verdict(
-    kind: str,
-    row_state: str,
-    state_changed_at: datetime,
-    marked: bool,
-    in_report: bool,
-    taken_at: datetime,
-) -> RowVerdict:
-    """What a deciding complete report does to one row of its worker (rules 2 and 3).
-
-    Args:
-        kind: ``containers``, ``volumes`` or ``tasks``.
-        row_state: the row's ``state``.
-        state_changed_at: when the row's state last changed (UTC).
-        marked: the row has a ``missing_since``.
-        in_report: the report lists the row's handle.
-        taken_at: when the report was received (UTC).
-
-    A reported row is cleared if marked. An absent row is marked only if its state is
-    markable and was set no later than ``taken_at`` (a row created or changed after the
-    report was taken is not marked on its account: the report could not have known it).
-    """
-    if in_report:
-        return RowVerdict.clear if marked else RowVerdict.keep
-    if marked or row_state not in MARKABLE[kind] or state_changed_at > taken_at:
-        return RowVerdict.keep
-    return RowVerdict.mark
 
 
 def mass_drop_held(
@@ -126,38 +81,6 @@ def destroy_cutoff(taken_at: datetime, missing_ttl: float) -> datetime:
     return taken_at - timedelta(seconds=missing_ttl)
 
 
-def may_destroy(
-    kind: str,
-    row_state: str,
-    missing_since: datetime | None,
-    taken_at: datetime,
-    missing_ttl: float,
-    worker_state: WorkerState | str | None,
-    fleet_full: bool,
-) -> bool:
-    """Whether a marked row is destroyed on the evidence of a report just reconciled (rule 4).
-
-    Destroyed (container or volume row deleted; task ``stopped`` with ``stop_reason``
-    ``missing``) only if: the row is still markable (a row that moved to ``creating`` is
-    left alone), it has been missing for at least ``missing_ttl`` by the report's time
-    (every complete report since ``missing_since``, including this one, lacked it: any
-    report that held it cleared the mark), the worker is ``running`` (rule 4: never on a
-    stalled or lost worker's account), and the fleet is not in full disruption (rule 6).
-
-    Args:
-        missing_since: the row's mark (UTC), ``None`` if unmarked.
-        taken_at: receive time (UTC) of the report just reconciled, which lacked the row.
-        missing_ttl: ``REAPER_MISSING_TTL`` in seconds.
-        worker_state: the worker's recorded state.
-        fleet_full: the fleet is in full disruption.
-    """
-    if missing_since is None or row_state not in MARKABLE[kind]:
-        return False
-    if destroy_refused(worker_state, fleet_full) is not None:
-        return False
-    return missing_since <= destroy_cutoff(taken_at, missing_ttl)
-
-
 def destroy_refused(worker_state: WorkerState | str | None, fleet_full: bool) -> str | None:
     """Why nothing of a worker may be destroyed now, or ``None`` if it may (rules 4 and 6).
 
@@ -165,7 +88,7 @@ def destroy_refused(worker_state: WorkerState | str | None, fleet_full: bool) ->
     and nothing is destroyed automatically while the fleet is in full disruption.
     """
     state = WorkerState(worker_state) if worker_state is not None else None
-    if state is not WorkerState.running:
+    if state is None or not states.worker(state).decides:
         return f"worker is {state.value if state else 'unknown'}"
     if fleet_full:
         return "fleet in full disruption"
@@ -187,33 +110,23 @@ def next_due(oldest_mark: datetime | None, missing_ttl: float) -> datetime | Non
     return oldest_mark + timedelta(seconds=missing_ttl)
 
 
-def recheck_at(next_due: datetime | None, orphan_due: datetime | None) -> datetime | None:
+def recheck_at(next_due: datetime | None, recheck_due: datetime | None) -> datetime | None:
     """When the collector next needs a fresh report of a kind without being sent one (UTC):
-    its oldest mark falls due (``next_due``), or its oldest unknown handle becomes an orphan
-    (``orphan_due``: first reported + ``MISSING_TTL``), whichever is first; ``None`` if
-    neither. Until then an unchanged report of unchanged rows needs no diff: whatever else
-    could change the diff, a changed report or changed rows, asks for one itself (README:
-    *Change-driven diffs*), so the time is the last input left."""
-    times = [t for t in (next_due, orphan_due) if t is not None]
+    its oldest mark falls due (``next_due``), or another of its time rules does
+    (``recheck_due``: an unknown handle becomes an orphan, a row being created times out),
+    whichever is first; ``None`` if neither. Until then an unchanged report of unchanged
+    rows needs no diff: whatever else could change the diff, a changed report or changed
+    rows, asks for one itself (the change feed), so the time is the last input left."""
+    times = [t for t in (next_due, recheck_due) if t is not None]
     return min(times) if times else None
 
 
-def stuck_creating(
-    row_state: str,
-    state_changed_at: datetime,
-    now: datetime,
-    creating_timeout: float,
-    fleet_full: bool,
-) -> bool:
-    """Whether a row left in ``creating`` is collected: its creator crashed.
-
-    A row ``creating`` for ``REAPER_CREATING_TIMEOUT`` seconds or more is deleted with an
-    ``events`` row (reason ``creating-timeout``), except in full disruption (rule 6).
-    Concourse fails containers stuck in ``creating`` the same way.
-    """
-    if row_state != "creating" or fleet_full:
-        return False
-    return state_changed_at <= now - timedelta(seconds=creating_timeout)
+def creating_due(oldest_creating: datetime | None, creating_timeout: float) -> datetime | None:
+    """When the oldest row of a kind still being created times out (UTC): its creator
+    crashed, and the next reconcile fails and collects it (``CREATING_TIMEOUT``)."""
+    if oldest_creating is None:
+        return None
+    return oldest_creating + timedelta(seconds=creating_timeout)
 
 
 @dataclass(frozen=True)

@@ -115,11 +115,6 @@ def take_reap_token(
     return Bucket(tokens - 1.0, now), None
 
 
-HEALTHY = ("running",)
-UNHEALTHY = ("stalled", "lost")
-"""Worker states counted by rule 6; ``retired`` workers are out of the fleet (§5.1)."""
-
-
 def retire_due(state_since: datetime, retire_after: float) -> datetime:
     """When a ``lost`` worker whose reap is done is retired automatically (UTC)."""
     return state_since + timedelta(seconds=retire_after)
@@ -182,14 +177,3 @@ def retire_is_stale(retire_boot: str | None, current_boot: str | None) -> bool:
         current_boot: the worker's current boot id in its liveness, or ``None`` (never beat).
     """
     return retire_boot is not None and retire_boot != current_boot
-
-
-def is_stray(
-    task_state: str, worker_state: str | None, reaped: bool, fleet: FleetState | str
-) -> bool:
-    """Whether a task is reaped as a stray: written ``running`` or ``pending`` onto a worker
-    that is already lost and reaped, or retired, by a scheduler with a stale view
-    (Kubernetes #12545). Not while the fleet is in full disruption (rule 6)."""
-    if task_state not in ("running", "pending") or FleetState(fleet) is FleetState.full:
-        return False
-    return worker_state == "retired" or (worker_state == "lost" and reaped)

@@ -10,10 +10,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from reaper.core.policy.fleet import HEALTHY, UNHEALTHY, FleetState, fleet_state
+from reaper.core.policy.fleet import FleetState, fleet_state
+from reaper.core.states import HEALTHY, IN_FLEET, UNHEALTHY
 
-WORKER_STATES = (*HEALTHY, *UNHEALTHY)
-"""States counted by ``reaper_workers{state}``; ``retired`` workers are out of the fleet."""
+WORKER_STATES = tuple(IN_FLEET)
+"""States counted by ``reaper_workers{state}`` (``reaper.core.states``: ``in_fleet``)."""
 
 DISRUPTION_LEVEL = {FleetState.normal: 0, FleetState.partial: 1, FleetState.full: 2}
 """``reaper_fleet_disruption``: 0 none stalled or lost, 1 some (below the threshold), 2 at or

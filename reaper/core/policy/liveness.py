@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from reaper.core.contract import WorkerState
+from reaper.core.states import WORKERS
 
 MAX_REMEMBERED_BOOT_IDS = 16
 """How many earlier boot ids a liveness remembers to refuse late beats from an old boot."""
@@ -63,8 +64,9 @@ def remember_boot(previous: list[str], old_boot_id: str | None) -> list[str]:
     return ([*previous, old_boot_id])[-MAX_REMEMBERED_BOOT_IDS:]
 
 
-RANK = {WorkerState.running: 0, WorkerState.stalled: 1, WorkerState.lost: 2, WorkerState.retired: 3}
-"""Order of the liveness states: the clock only moves a worker up this order."""
+RANK = {state: m.clock for state, m in WORKERS.items() if m.clock is not None}
+"""Order of the liveness states (``reaper.core.states``): the clock only moves a worker up
+this order."""
 
 
 def judge_liveness(
@@ -145,6 +147,8 @@ def transition(
         stall_after, lost_after: ``REAPER_STALL_AFTER``, ``REAPER_LOST_AFTER`` in seconds.
         grace_until: no ``lost`` before this time (UTC), if set.
     """
+    if current not in RANK:
+        return None  # a state the clock does not judge (``reaper.core.states``: clock None)
     judged = judge_liveness(last_heartbeat_at, now, stall_after, lost_after)
     if judged is WorkerState.lost and grace_until is not None and now < grace_until:
         judged = WorkerState.stalled

@@ -38,11 +38,6 @@ def deficit(desired: int, active: int, pretend_gone: int = 0) -> int:
     return max(desired - active + pretend_gone, 0)
 
 
-def placeable(worker_state: str, draining: bool) -> bool:
-    """Whether new work may go to a worker: ``running`` and not draining (rule 5, §5.1)."""
-    return worker_state == "running" and not draining
-
-
 def place_owed(
     owed: Sequence[tuple[str, str]], candidates: Mapping[str, int]
 ) -> list[tuple[str, str]]:

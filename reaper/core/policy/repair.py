@@ -1,7 +1,7 @@
 """Repair policy: which livenesses are suspect, when one is stuck, where it may be reset.
 
 A safety net for a fault outside reaper: a ``WorkerLiveness`` whose history no replica can
-replay (README, "What the campaigns found": a workflow task that ran with a stale
+replay (docs/stale-clock.md: a workflow task that ran with a stale
 ``workflow.now()`` after a Temporal restart). Every later workflow task of that run fails
 with a nondeterminism error, the worker is never judged ``lost`` and its tasks never reaped
 (CONTRACT.md rules 5 and 8). The remedy is the operator's: reset the run to the last
@@ -27,7 +27,7 @@ TIMER_SLACK_S = 0.25
 
 SUSPECT_SLACK_S = 10.0
 """Beyond the contract's bounds: one workflow task and one ``record_worker_state`` attempt
-on a loaded controller (a few seconds on two cores at load 12, README "A starved
+on a loaded controller (a few seconds on two cores at load 12, docs/chaos.md "A starved
 controller"). A liveness older than the bound by less than this may only be slow. The
 bound only decides which livenesses are looked at (one ``describe`` each); what decides a
 repair is :func:`is_stuck` and a replay that fails, so a low bound costs calls, not safety."""
@@ -82,38 +82,6 @@ def retire_cutoff(now: datetime, heartbeat_interval: float, retire_after: float)
     :data:`SUSPECT_SLACK_S`. One still ``lost`` later may have a stuck liveness (breaker
     finding, 2026-12-02), or be held by a full disruption (then it is merely looked at)."""
     return now - timedelta(seconds=retire_after + 2 * heartbeat_interval + SUSPECT_SLACK_S)
-
-
-def is_suspect(
-    state: str | None,
-    last_heartbeat_at: datetime | None,
-    now: datetime,
-    heartbeat_interval: float,
-    stall_after: float,
-    lost_after: float,
-    state_since: datetime | None = None,
-    retire_after: float | None = None,
-) -> bool:
-    """Whether a ``workers`` row shows a liveness that should have acted by ``now`` (UTC)
-    and has not: state ``running`` or ``stalled`` with a last heartbeat older than
-    :func:`suspect_after` (it should have judged the worker lost), or ``lost`` since before
-    :func:`retire_cutoff` (it should have retired it). ``activities/repair.py`` selects the
-    same rows in SQL.
-
-    Args:
-        state: ``workers.state`` (``None``: no row).
-        last_heartbeat_at: ``workers.last_heartbeat_at`` (UTC), ``None`` if never set.
-        state_since: ``workers.state_since`` (UTC).
-        retire_after: ``REAPER_RETIRE_AFTER``, seconds (``None``: lost rows never suspect).
-    """
-    if state == WorkerState.lost.value:
-        if state_since is None or retire_after is None:
-            return False
-        return state_since < retire_cutoff(now, heartbeat_interval, retire_after)
-    if state not in REPAIRABLE_STATES or last_heartbeat_at is None:
-        return False
-    cutoff = suspect_cutoff(now, heartbeat_interval, stall_after, lost_after)
-    return last_heartbeat_at < cutoff
 
 
 def is_stuck(running: bool, attempt: int, failures_in_a_row: int = 0) -> bool:

@@ -1,0 +1,147 @@
+"""``reaper explain``: which rule holds a worker, container, volume or task where it is, and
+when it next falls due (``reaper.core.policy.explain``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from typing import Any
+
+import typer
+
+from reaper.cli.app import (
+    ADDRESS_OPTION,
+    DATABASE_URL_OPTION,
+    NAMESPACE_OPTION,
+    STATE_DIR_OPTION,
+    CliError,
+    app,
+    console,
+    exit_now,
+    fail,
+    settings_from,
+)
+from reaper.core.config import Settings
+
+KINDS = ("worker", "container", "volume", "task")
+QUERY_TIMEOUT_S = 5.0
+"""Deadline of the liveness ``state`` query that freshens a worker's last heartbeat."""
+
+
+async def _fresher(settings: Settings, worker: Any) -> tuple[Any, str | None]:
+    """``worker`` with its liveness's last heartbeat and state, which the row may lag
+    (§5.3); unchanged, with a note, if Temporal does not answer."""
+    from reaper.cli.app import connect_temporal
+    from reaper.core.contract import STATE_QUERY, StateView, liveness_id
+
+    try:
+        client = await connect_temporal(settings)
+        view = await asyncio.wait_for(
+            client.get_workflow_handle(liveness_id(worker.name)).query(
+                STATE_QUERY, result_type=StateView
+            ),
+            QUERY_TIMEOUT_S,
+        )
+    except (CliError, Exception) as exc:
+        return worker, f"liveness not asked ({str(exc).splitlines()[0][:120]}): Postgres only"
+    last = view.last_heartbeat_at or worker.last_heartbeat_at
+    return replace(worker, state=view.state, last_heartbeat_at=last), None
+
+
+async def explain_one(
+    settings: Settings, kind: str, name: str, live: bool = True
+) -> dict[str, Any]:
+    """The explanation of ``kind`` ``name`` as a JSON-ready dict (with ``history``, its
+    newest events, and ``notes`` on what could not be read).
+
+    Raises:
+        CliError: Postgres is unreachable, or ``kind`` is not one of :data:`KINDS`.
+    """
+    from reaper.cli import facts
+    from reaper.cli.commands.workers import find_database_url
+    from reaper.core.models import Timings
+    from reaper.core.policy import explain
+
+    if kind not in KINDS:
+        raise CliError(f"explain: KIND must be one of {', '.join(KINDS)}, not {kind!r}", 2)
+    url = find_database_url(settings)
+    if url is None:
+        raise CliError("explain: no database (is `reaper run` running? or set --database-url)")
+    import asyncpg
+
+    conn = await asyncpg.connect(url, timeout=5)
+    notes: list[str] = []
+    try:
+        now = await facts.database_now(conn)
+        fleet = await facts.fleet_facts(conn)
+        history = await facts.events_of(conn, kind, name)
+        t = Timings.of(settings)
+        if kind == "worker":
+            w = await facts.worker_facts(conn, name)
+            if w is None:
+                e = explain.explain_gone("worker", name, history)
+            else:
+                if live:
+                    w, note = await _fresher(settings, w)
+                    notes += [note] if note else []
+                e = explain.explain_worker(w, fleet, t, now)
+        else:
+            row = await facts.row_facts(conn, kind, name)
+            if row is None:
+                e = explain.explain_gone(kind, name, history)
+            else:
+                owner = await facts.worker_facts(conn, row.worker) if row.worker else None
+                e = explain.explain_row(row, owner, fleet, t, now)
+    finally:
+        await conn.close()
+    out = e.as_dict()
+    out["history"] = explain.history(history)
+    out["notes"] += notes
+    out["timings"] = "as this shell's settings say (REAPER_* and .env)"
+    return out
+
+
+def print_explanation(out: dict[str, Any]) -> None:
+    """The explanation as a few plain lines."""
+    console.print(f"[bold]{out['subject']}[/] is {out['state']}: {out['because']}", highlight=False)
+    if out["next"]:
+        console.print(f"  next: {out['next']}", highlight=False)
+    for note in out["notes"]:
+        console.print(f"  note: {note}", highlight=False)
+    if out["history"]:
+        console.print("  history:", highlight=False)
+        for line in out["history"]:
+            console.print(f"    {line}", highlight=False)
+
+
+@app.command(short_help="Why a worker, container, volume or task is where it is, and what is next.")
+def explain(
+    kind: str = typer.Argument(..., metavar="KIND", help="worker, container, volume or task"),
+    name: str = typer.Argument(..., metavar="NAME", help="its name, handle or task id"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    address: str | None = ADDRESS_OPTION,
+    namespace: str | None = NAMESPACE_OPTION,
+    database_url: str | None = DATABASE_URL_OPTION,
+    state_dir: str | None = STATE_DIR_OPTION,
+) -> None:
+    """Which rule holds KIND NAME where it is and when it next falls due, with its latest
+    events: "w3 is stalled: ...; next: lost at 12:04:31 unless it beats". Times are UTC,
+    judged on Postgres' clock with this shell's timings (REAPER_* settings)."""
+    try:
+        settings = settings_from(
+            temporal_address=address,
+            namespace=namespace,
+            database_url=database_url,
+            state_dir=state_dir,
+        )
+        out = asyncio.run(explain_one(settings, kind, name))
+    except CliError as exc:
+        fail(exc)
+    except Exception as exc:
+        fail(CliError(f"explain: {str(exc).splitlines()[0] if str(exc) else repr(exc)}"))
+    if as_json:
+        print(json.dumps(out, indent=2))
+    else:
+        print_explanation(out)
+    exit_now(0)

@@ -1,0 +1,254 @@
+"""Why a worker, a handle or a task is where it is, and when it next falls due.
+
+The payoff of one place per rule: each explanation is composed from the very functions the
+controller decides with (``liveness.next_deadline``, ``fleet.may_reap``,
+``fleet.retire_due``, ``collection.next_due``, ``collection.creating_due``, the state
+table of ``reaper.core.states``), so what ``reaper explain`` says is what reaper will do.
+Operators of Kubernetes and Nomad get event lists from their controllers; this answers the
+question they ask of them.
+
+Pure: facts (rows as Postgres holds them, the liveness's view, the timings) and a clock in,
+an :class:`Explanation` out. Times are UTC ``datetime``s, durations seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from reaper.core import states
+from reaper.core.contract import WorkerState
+from reaper.core.models import Timings
+from reaper.core.policy import collection, liveness
+from reaper.core.policy.fleet import FleetState, may_reap, retire_due
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    """A worker as Postgres holds it, with its liveness's fresher last beat if known."""
+
+    name: str
+    state: str
+    state_since: datetime | None
+    last_heartbeat_at: datetime | None
+    draining: bool = False
+    reaped_at: datetime | None = None
+    boot_id: str | None = None
+
+
+@dataclass(frozen=True)
+class FleetFacts:
+    """The fleet's disruption state, its counts and when it last left full disruption."""
+
+    state: str = FleetState.normal.value
+    healthy: int = 0
+    unhealthy: int = 0
+    recovered_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """A container, volume or task row (``kind``: ``container``, ``volume``, ``task``)."""
+
+    kind: str
+    handle: str
+    worker: str | None
+    state: str
+    missing_since: datetime | None
+    state_changed_at: datetime | None = None
+    stop_reason: str | None = None
+    service: str | None = None
+    replaced_by: str | None = None
+
+
+@dataclass
+class Explanation:
+    """What holds a thing where it is and when it next falls due.
+
+    Attributes:
+        subject: ``worker w3``, ``container c7``...
+        state: its state now.
+        because: the rule that holds it there, in one sentence.
+        next: what happens next and when, in one sentence (``None``: nothing is due).
+        due_at: when ``next`` falls due (UTC), if it is a time.
+        notes: further facts that bear on it (draining, disruption, a hold).
+    """
+
+    subject: str
+    state: str
+    because: str
+    next: str | None = None
+    due_at: datetime | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO-8601 UTC."""
+        return {
+            "subject": self.subject,
+            "state": self.state,
+            "because": self.because,
+            "next": self.next,
+            "due_at": self.due_at.isoformat() if self.due_at else None,
+            "notes": list(self.notes),
+        }
+
+
+def clock(at: datetime | None) -> str:
+    """``12:04:31`` for a time today-ish, full ISO date otherwise; ``never`` for ``None``."""
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at is not None else "never"
+
+
+def _fleet_note(fleet: FleetFacts, t: Timings) -> str:
+    total = fleet.healthy + fleet.unhealthy
+    return (
+        f"fleet in {fleet.state} disruption, {fleet.unhealthy} of {total} unhealthy"
+        f" (threshold {t.disruption_threshold:g})"
+    )
+
+
+def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime) -> Explanation:
+    """Why worker ``w`` is in its state and what its clock does next (rules 5, 6, §5.1)."""
+    state = WorkerState(w.state)
+    e = Explanation(f"worker {w.name}", state.value, "")
+    if w.draining:
+        e.notes.append("draining: nothing new is placed on it")
+    meaning = states.worker(state)
+    if state not in (
+        WorkerState.running,
+        WorkerState.stalled,
+        WorkerState.lost,
+        WorkerState.retired,
+    ):
+        e.because = f"in state {state.value}" + ("" if meaning.in_fleet else ", out of the fleet")
+        e.notes += [f"the clock does not judge {state.value}"] if meaning.clock is None else []
+        e.notes += [] if meaning.placeable else ["nothing is placed on it"]
+        return e
+    if state is WorkerState.retired:
+        e.because = f"retired at {clock(w.state_since)}: out of the fleet (§5.1)"
+        e.next = "a heartbeat with a new boot id registers it afresh"
+        return e
+    beat = w.last_heartbeat_at
+    silent = f"{(now - beat).total_seconds():.0f}s ago" if beat else "never"
+    if beat is None:
+        e.because = "registered, no heartbeat recorded yet"
+        return e
+    due = liveness.next_deadline(beat, state, t.stall_after, t.lost_after)
+    if state is WorkerState.running:
+        e.because = f"its last heartbeat was at {clock(beat)} ({silent})"
+        e.next, e.due_at = f"stalled at {clock(due)} unless it beats", due
+        e.notes.append(f"STALL_AFTER {t.stall_after:g}s")
+        return e
+    if state is WorkerState.stalled:
+        e.because = f"no heartbeat since {clock(beat)} ({silent}; STALL_AFTER {t.stall_after:g}s)"
+        e.next, e.due_at = f"lost at {clock(due)} unless it beats", due
+        e.notes.append(f"LOST_AFTER {t.lost_after:g}s; then its tasks are reaped")
+        if FleetState(fleet.state) is FleetState.full:
+            e.notes.append(f"reap held: {_fleet_note(fleet, t)} (rule 6)")
+        elif fleet.unhealthy:
+            e.notes.append(_fleet_note(fleet, t))
+        return e
+    # lost
+    e.because = f"no heartbeat since {clock(beat)} ({silent}; LOST_AFTER {t.lost_after:g}s)"
+    reaped = w.reaped_at is not None and (w.state_since is None or w.reaped_at >= w.state_since)
+    if reaped and w.state_since is not None:
+        at = retire_due(w.state_since, t.retire_after)
+        e.notes.append(f"its tasks were reaped at {clock(w.reaped_at)}")
+        e.next, e.due_at = f"retired automatically at {clock(at)} unless it beats", at
+        if FleetState(fleet.state) is FleetState.full:
+            e.notes.append(f"retirement held while the {_fleet_note(fleet, t)} (rule 6)")
+        return e
+    verdict = may_reap(False, w.state, fleet.state, fleet.recovered_at, beat, now, t.lost_after)
+    if verdict.allowed:
+        e.next = "its reap is due now (the controller is reaping it)"
+    else:
+        e.next = f"reap held: {verdict.refused}"
+        if FleetState(fleet.state) is FleetState.full:
+            e.next = f"reap held: {_fleet_note(fleet, t)} (rule 6)"
+        e.due_at = verdict.retry_at
+        if verdict.retry_at is not None:
+            e.next += f"; reaped at {clock(verdict.retry_at)} unless it beats"
+    return e
+
+
+ENDED_BECAUSE = {
+    "worker-lost": "taken down when its worker was lost or force-reaped",
+    "worker-retired": "taken down when its worker retired",
+    "missing": "missing from its worker's reports for MISSING_TTL",
+}
+"""Why a task is over, by its ``stop_reason`` (CONTRACT.md rules 4, 5 and §5.1)."""
+
+
+def explain_row(
+    r: RowFacts,
+    worker: WorkerFacts | None,
+    fleet: FleetFacts,
+    t: Timings,
+    now: datetime,
+) -> Explanation:
+    """Why a container, volume or task row is where it is and when it is next acted on
+    (rules 2, 4, 5, 7; ``CREATING_TIMEOUT``)."""
+    e = Explanation(f"{r.kind} {r.handle}", r.state, "")
+    on = f" on {r.worker}" if r.worker else ""
+    if r.kind == "task":
+        task = states.TASKS[states.TaskState(r.state)]
+        if task.ended:
+            why = ENDED_BECAUSE.get(r.stop_reason or "", f"stop reason {r.stop_reason}")
+            e.because = f"{why} ({r.stop_reason}); a worker that reports it lists it in its"
+            e.because += " orphans (rule 7)"
+            if r.replaced_by:
+                e.notes.append(f"replaced by {r.replaced_by}")
+            return e
+        if task.starts:
+            if r.worker is None:
+                e.because = "owed: no placeable worker when it was created (§5.1)"
+                e.next = (
+                    "placed within 2 x HEARTBEAT_INTERVAL"
+                    f" ({2 * t.heartbeat_interval:g}s) of a placeable worker appearing"
+                )
+                return e
+            e.because = f"placed{on}, not reported by its worker yet"
+            e.next = "running once its worker reports it (rule 5)"
+            return e
+    else:
+        handle = states.HANDLES[states.HandleState(r.state)]
+        if handle.being_created:
+            due = collection.creating_due(r.state_changed_at, t.creating_timeout)
+            e.because = f"being created{on} since {clock(r.state_changed_at)}; never marked"
+            e.next, e.due_at = f"failed and collected at {clock(due)} if still {r.state}", due
+            return e
+    if r.missing_since is None:
+        e.because = f"{r.state}{on}, not missing: its worker's latest complete report held it"
+        return e
+    due = collection.next_due(r.missing_since, t.missing_ttl)
+    verb = "stopped (missing)" if r.kind == "task" else "destroyed"
+    e.because = f"missing since {clock(r.missing_since)}: every complete report since lacked it"
+    e.next = (
+        f"{verb} at {clock(due)} if still absent from its worker's reports"
+        f" (MISSING_TTL {t.missing_ttl:g}s; a report that holds it clears the mark)"
+    )
+    e.due_at = due
+    refused = collection.destroy_refused(
+        worker.state if worker else None, FleetState(fleet.state) is FleetState.full
+    )
+    if refused is not None:
+        e.notes.append(f"destroy held: {refused} (rules 4 and 6: time away does not count)")
+    return e
+
+
+Event = tuple[datetime, str, str | None]
+"""An ``events`` row of the thing explained: ``(at, action, reason)``."""
+
+
+def history(events: list[Event]) -> list[str]:
+    """``events`` (oldest first) as notes: ``2026-12-03 12:01:02 UTC destroyed: missing``."""
+    return [f"{clock(at)} {action}" + (f": {why}" if why else "") for at, action, why in events]
+
+
+def explain_gone(kind: str, handle: str, events: list[Event]) -> Explanation:
+    """A row that is not in Postgres (any more): what its newest event says."""
+    e = Explanation(f"{kind} {handle}", "absent", "no row in Postgres")
+    if events:
+        at, action, reason = events[-1]
+        e.because = f"{action} at {clock(at)}" + (f": {reason}" if reason else "")
+    return e

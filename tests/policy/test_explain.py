@@ -1,0 +1,167 @@
+"""``reaper explain``'s answers, as tables: for each case, the rule named and the next due
+time, which must be the time the controller's own rules give (``policy.liveness``,
+``policy.fleet``, ``policy.collection``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from reaper.core.models import Timings
+from reaper.core.policy.explain import (
+    FleetFacts,
+    RowFacts,
+    WorkerFacts,
+    explain_gone,
+    explain_row,
+    explain_worker,
+)
+from tests.support.controller import make_settings
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+T = Timings.of(
+    make_settings(
+        heartbeat_interval=10,
+        stall_after=30,
+        lost_after=300,
+        missing_ttl=300,
+        creating_timeout=3600,
+        retire_after=86_400,
+    )
+)
+NORMAL = FleetFacts("normal", 9, 0)
+PARTIAL = FleetFacts("partial", 5, 4)
+FULL = FleetFacts("full", 4, 5)
+
+
+def ago(s: float) -> datetime:
+    return NOW - timedelta(seconds=s)
+
+
+def after(s: float) -> datetime:
+    return NOW + timedelta(seconds=s)
+
+
+@pytest.mark.parametrize(
+    ("worker", "fleet", "next_words", "due", "note"),
+    [
+        (WorkerFacts("w", "running", ago(60), ago(4)), NORMAL, "stalled at", after(26), None),
+        (
+            WorkerFacts("w", "stalled", ago(10), ago(40)),
+            PARTIAL,
+            "lost at",
+            after(260),
+            "4 of 9 unhealthy",
+        ),
+        (
+            WorkerFacts("w", "stalled", ago(10), ago(40)),
+            FULL,
+            "lost at",
+            after(260),
+            "reap held: fleet in full disruption, 5 of 9 unhealthy",
+        ),
+        (
+            WorkerFacts("w", "lost", ago(100), ago(400), reaped_at=ago(99)),
+            NORMAL,
+            "retired automatically at",
+            ago(100) + timedelta(seconds=86_400),
+            "its tasks were reaped",
+        ),
+        (
+            WorkerFacts("w", "lost", ago(100), ago(400)),
+            FULL,
+            "reap held: fleet in full disruption",
+            None,
+            None,
+        ),
+        (
+            WorkerFacts("w", "lost", ago(100), ago(400)),
+            FleetFacts("partial", 8, 1, recovered_at=ago(60)),
+            "reap held: fleet recovering: fresh LOST_AFTER",
+            after(240),
+            None,
+        ),
+        (WorkerFacts("w", "retired", ago(5), ago(999)), NORMAL, "registers it afresh", None, None),
+    ],
+)
+def test_a_worker_is_explained_by_the_rule_that_holds_it(worker, fleet, next_words, due, note):
+    e = explain_worker(worker, fleet, T, NOW)
+    assert e.state == worker.state
+    assert e.next is not None and next_words in e.next
+    assert e.due_at == due
+    if note is not None:
+        assert any(note in n for n in [*e.notes, e.next])
+
+
+def row(kind: str, state: str, missing: datetime | None = None, **kw) -> RowFacts:
+    return RowFacts(kind, "h", kw.pop("worker", "w"), state, missing, **kw)
+
+
+RUNNING = WorkerFacts("w", "running", ago(60), ago(4))
+STALLED = WorkerFacts("w", "stalled", ago(10), ago(40))
+
+
+@pytest.mark.parametrize(
+    ("r", "worker", "fleet", "because", "due", "held"),
+    [
+        (row("container", "created"), RUNNING, NORMAL, "not missing", None, None),
+        (
+            row("container", "created", ago(60)),
+            RUNNING,
+            NORMAL,
+            "missing since",
+            after(240),
+            None,
+        ),
+        (
+            row("volume", "destroying", ago(60)),
+            STALLED,
+            NORMAL,
+            "missing since",
+            after(240),
+            "worker is stalled",
+        ),
+        (
+            row("volume", "created", ago(60)),
+            RUNNING,
+            FULL,
+            "missing since",
+            after(240),
+            "fleet in full disruption",
+        ),
+        (
+            row("container", "creating", state_changed_at=ago(600)),
+            RUNNING,
+            NORMAL,
+            "being created",
+            after(3000),
+            None,
+        ),
+        (row("task", "running", ago(10)), RUNNING, NORMAL, "missing since", after(290), None),
+        (row("task", "pending", worker=None), None, NORMAL, "owed", None, None),
+        (row("task", "pending"), RUNNING, NORMAL, "placed on w", None, None),
+        (
+            row("task", "lost", stop_reason="worker-lost", replaced_by="t-2"),
+            None,
+            NORMAL,
+            "force-reaped (worker-lost)",
+            None,
+            None,
+        ),
+    ],
+)
+def test_a_row_is_explained_by_the_rule_that_holds_it(r, worker, fleet, because, due, held):
+    e = explain_row(r, worker, fleet, T, NOW)
+    assert because in e.because
+    assert e.due_at == due
+    if held is None:
+        assert not any(n.startswith("destroy held") for n in e.notes)
+    else:
+        assert any(held in n for n in e.notes)
+
+
+def test_a_row_that_is_gone_is_explained_by_its_last_event():
+    e = explain_gone("container", "c-1", [(ago(9), "destroyed", "missing for 300s")])
+    assert e.state == "absent" and e.because.startswith("destroyed at")
+    assert explain_gone("volume", "v", []).because == "no row in Postgres"

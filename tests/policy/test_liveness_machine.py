@@ -1,0 +1,237 @@
+"""The liveness's one decision, as tables: an event applied to a value at a time gives the
+next value, an outcome and the steps due (``reaper.core.policy.liveness_machine``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from reaper.core.contract import Heartbeat, ReasonInput, WorkerState
+from reaper.core.models import LivenessState, Report, RunFeatures, Timings
+from reaper.core.policy.liveness_machine import (
+    Authenticated,
+    Beat,
+    Clock,
+    ForceReap,
+    Retire,
+    Step,
+    decide,
+    due_steps,
+    next_deadline,
+)
+from tests.support.controller import make_settings
+
+T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+T = Timings.of(
+    make_settings(heartbeat_interval=10, stall_after=30, lost_after=300, retire_after=600)
+)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def value(**kw: Any) -> LivenessState:
+    """A registered, recorded, running worker beating at T0 (boot b, seq 5), then ``kw``."""
+    base: dict[str, Any] = dict(
+        worker="w",
+        timings=T,
+        boot_id="b",
+        last_seq=5,
+        last_heartbeat_at=T0,
+        state_since=T0,
+        recorded_state=WorkerState.running,
+        recorded_boot_id="b",
+        recorded_heartbeat_at=T0,
+        shown=("running", 0),
+        features=RunFeatures(local_writes=True, refresh_at_bound=True, change_feed=True),
+    )
+    base.update(kw)
+    return LivenessState(**base)
+
+
+def beat(seq: int, boot: str = "b", worker: str = "w") -> Heartbeat:
+    return Heartbeat(worker=worker, boot_id=boot, seq=seq)
+
+
+REQ = ReasonInput(reason="ops", actor="alice")
+QUEUED = Report(kind="volumes", handles=[], taken_at=T0, boot_id="b", digest="d")
+
+
+@pytest.mark.parametrize(
+    ("live", "b", "verdict", "after"),
+    [
+        (value(), beat(6, worker="x"), "rejected", {}),
+        (value(state=WorkerState.retired), beat(6), "ignored", {"ignored": 1}),
+        (value(retired_boot_id="old"), beat(1, "old"), "ignored", {"ignored": 1}),
+        (value(), beat(6), "accepted", {}),
+    ],
+)
+def test_a_beat_is_admitted_for_its_own_live_worker_only(live, b, verdict, after):
+    d = decide(live, at(1), Beat(b))
+    assert d.outcome.verdict == verdict
+    for field, expected in after.items():
+        assert getattr(live, field) == expected
+    assert live.last_seq == 5  # admission changes no fence
+
+
+@pytest.mark.parametrize(
+    ("live", "b", "now", "verdict", "expect"),
+    [
+        (value(), beat(6), 10, "accepted", {"last_seq": 6, "last_heartbeat_at": at(10)}),
+        (value(), beat(5), 10, "ignored", {"last_seq": 5, "ignored": 1}),
+        (value(), beat(0, "new"), 10, "accepted", {"boot_id": "new", "previous_boot_ids": ["b"]}),
+        (
+            value(previous_boot_ids=["old"]),
+            beat(99, "old"),
+            10,
+            "ignored",
+            {"boot_id": "b"},
+        ),
+        # A first beat: running since it.
+        (
+            value(last_heartbeat_at=None, state_since=None, boot_id=None, last_seq=-1),
+            beat(0),
+            3,
+            "accepted",
+            {"state_since": at(3), "last_seq": 0},
+        ),
+        # Silent past STALL_AFTER (judged or not): a return.
+        (value(), beat(6), 31, "returned", {"returned_at": at(31), "state_since": at(31)}),
+        (
+            value(state=WorkerState.stalled, reap_request=REQ, unforwarded={"volumes": QUEUED}),
+            beat(6),
+            12,
+            "returned",
+            {"state": WorkerState.running, "reap_request": None, "unforwarded": {}},
+        ),
+        # A forced reap still pending runs first: no return.
+        (
+            value(state=WorkerState.lost, reap_request=REQ, reap_forced=True),
+            beat(6),
+            12,
+            "accepted",
+            {"state": WorkerState.lost},
+        ),
+    ],
+)
+def test_an_authenticated_beat_is_fenced_and_may_be_a_return(live, b, now, verdict, expect):
+    d = decide(live, at(now), Authenticated(b))
+    assert d.outcome.verdict == verdict
+    for field, expected in expect.items():
+        assert getattr(live, field) == expected, field
+
+
+def test_force_reap_makes_a_worker_lost_at_once_and_due_for_a_record_then_a_reap():
+    live = value()
+    d = decide(live, at(1), ForceReap(REQ))
+    assert d.outcome.verdict == "accepted"
+    assert (live.state, live.reap_forced, live.state_since) == (WorkerState.lost, True, at(1))
+    assert d.steps == [Step.record, Step.show]  # the reap waits for the record
+    live.recorded_state, live.recorded_forced = WorkerState.lost, True
+    assert due_steps(live) == [Step.reap, Step.show]
+    never = value(last_heartbeat_at=None)
+    assert decide(never, at(1), ForceReap(REQ)).outcome.verdict == "rejected"
+
+
+@pytest.mark.parametrize(
+    ("live", "req", "verdict"),
+    [
+        (value(), REQ, "accepted"),
+        (value(last_heartbeat_at=None), REQ, "noted"),
+        (value(state=WorkerState.retired), REQ, "noted"),
+        (value(), ReasonInput(reason="x", boot_id="gone"), "ignored"),
+        (value(), ReasonInput(reason="x", boot_id="b"), "accepted"),
+    ],
+)
+def test_retire_acts_for_a_known_live_boot_only(live, req, verdict):
+    d = decide(live, at(1), Retire(req))
+    assert d.outcome.verdict == verdict
+    assert (live.retire_request is not None) == (verdict == "accepted")
+    assert (Step.retire in d.steps) == (verdict == "accepted")
+
+
+@pytest.mark.parametrize(
+    ("live", "now", "state", "reap", "retire"),
+    [
+        (value(), 29, WorkerState.running, False, False),
+        (value(), 30, WorkerState.stalled, False, False),
+        (value(state=WorkerState.stalled), 300, WorkerState.lost, True, False),
+        (
+            value(state=WorkerState.stalled, grace_until=at(400)),
+            350,
+            WorkerState.stalled,
+            False,
+            False,
+        ),
+        (
+            value(state=WorkerState.lost, recorded_state=WorkerState.lost, state_since=at(300)),
+            900,
+            WorkerState.lost,
+            False,
+            True,
+        ),
+    ],
+)
+def test_the_clock_moves_a_worker_up_and_asks_for_a_reap_or_retirement(
+    live, now, state, reap, retire
+):
+    decide(live, at(now), Clock())
+    assert live.state is state
+    assert (live.reap_request is not None) == reap
+    assert (live.retire_request is not None) == retire
+
+
+def test_a_deadline_judged_late_grants_the_outage_grace():
+    live = value(state=WorkerState.stalled)
+    out = decide(live, at(300 + 60), Clock()).outcome  # 60 s late: the controller was down
+    assert live.state is WorkerState.stalled and live.grace_until == at(360 + 30)
+    assert out.notes and "grace until" in out.notes[0]
+    assert next_deadline(live) == at(390)
+
+
+@pytest.mark.parametrize(
+    ("live", "steps"),
+    [
+        (value(), []),
+        (value(recorded_state=None), [Step.record]),
+        (value(recorded_boot_id="old"), [Step.record]),
+        (value(last_heartbeat_at=at(26)), [Step.refresh]),
+        (value(last_heartbeat_at=at(26), recorded_state=None), [Step.record]),
+        (value(agent_key="k"), [Step.pin]),
+        (value(drain_request={"draining": True}), [Step.drain]),
+        (value(draining=True), [Step.show]),
+        (value(retire_request=REQ), [Step.retire]),
+        (value(retire_request=REQ, retire_retry_at=at(5)), []),
+        (
+            value(
+                state=WorkerState.lost,
+                recorded_state=WorkerState.lost,
+                reap_request=REQ,
+                shown=("lost", 0),
+            ),
+            [Step.reap],
+        ),
+        (
+            value(
+                unforwarded={
+                    "tasks": Report(kind="tasks", handles=[], taken_at=T0, boot_id="b", digest="d")
+                }
+            ),
+            [Step.forward],
+        ),
+        (
+            value(
+                unforwarded={
+                    "tasks": Report(kind="tasks", handles=[], taken_at=T0, boot_id="b", digest="d")
+                },
+                returned_at=at(1),
+            ),
+            [Step.record],
+        ),
+    ],
+)
+def test_what_is_due_is_one_function_of_the_value(live, steps):
+    assert due_steps(live) == steps
