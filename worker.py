@@ -20,9 +20,9 @@ from temporalio.runtime import Runtime
 from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
-from activities.db import Unreachable, create_pool, migrate
 from activities.diagnosis import ReplayCheck
 from activities.metrics_endpoint import sdk_runtime, serving
+from activities.sealing import load_secret
 from activities.temporal import (
     connect,
     ensure_search_attributes,
@@ -32,6 +32,7 @@ from activities.temporal import (
 from reaper import __version__
 from reaper.core.config import ConfigError, Settings, load_settings
 from reaper.core.models import Timings
+from reaper.infra.db import Unreachable, create_pool, migrate
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
@@ -67,6 +68,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     gc_pool = await create_pool(url, timeouts=True, max_size=8)
     try:
         applied = await migrate(pool)
+        await load_secret(pool)
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
         runtime = sdk_runtime(settings.sdk_metrics_port)

@@ -20,7 +20,8 @@ import pytest
 import pytest_asyncio
 from hypothesis import settings as hypothesis_settings
 
-from activities.db import migrate
+from activities.sealing import load_secret
+from reaper.infra.db import migrate
 
 _exit_status = 0
 
@@ -76,5 +77,6 @@ async def db_url(pg_server_url: str) -> AsyncIterator[str]:
 async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
     p = await asyncpg.create_pool(db_url, min_size=1, max_size=8)
     await migrate(p)
+    await load_secret(p)
     yield p
     await p.close()

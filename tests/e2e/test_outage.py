@@ -45,11 +45,12 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
-from activities.db import migrate
+from activities.sealing import load_secret
 from activities.temporal import ensure_search_attributes, while_unavailable
 from reaper.cli.postgres import EmbeddedPostgres
 from reaper.core.config import Settings
 from reaper.core.contract import StateView
+from reaper.infra.db import migrate
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess, DevServer
@@ -557,6 +558,7 @@ async def test_postgres_down_longer_than_lost_after_reaps_nobody(dev_env, own_po
     client = dev_env.client
     pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
     await migrate(pool)
+    await load_secret(pool)
     ctl = ControllerProcess(
         client.service_client.config.target_host, url, tmp_path / "controller.log", FAST
     )
