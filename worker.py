@@ -23,16 +23,16 @@ from activities import ReaperActivities
 from activities.diagnosis import ReplayCheck
 from activities.metrics_endpoint import sdk_runtime, serving
 from activities.sealing import load_secret
-from activities.temporal import (
+from reaper import __version__
+from reaper.core.config import ConfigError, Settings, load_settings
+from reaper.core.models import Timings
+from reaper.infra.db import Unreachable, create_pool, migrate
+from reaper.infra.temporal import (
     connect,
     ensure_search_attributes,
     while_unavailable,
     workflow_runner,
 )
-from reaper import __version__
-from reaper.core.config import ConfigError, Settings, load_settings
-from reaper.core.models import Timings
-from reaper.infra.db import Unreachable, create_pool, migrate
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
@@ -138,7 +138,7 @@ def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
 
 async def start_fleet_monitor(client: Client, settings: Settings) -> None:
     """Start the ``reaper-fleet`` monitor unless one is running already, waiting out a
-    Temporal that is briefly unavailable (``activities.temporal.while_unavailable``).
+    Temporal that is briefly unavailable (``reaper.infra.temporal.while_unavailable``).
 
     Raises:
         Unreachable: Temporal stayed unavailable for ``CONNECT_DEADLINE_S``.

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.temporal import connect
+from reaper.infra.temporal import connect
 from tests.support.controller import find_binary
 from tests.support.processes import DevServer
 from workflows.common import SEARCH_ATTRIBUTES

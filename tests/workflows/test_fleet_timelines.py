@@ -57,9 +57,9 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.sealing import load_secret
-from activities.temporal import ensure_search_attributes
 from reaper.core.contract import liveness_id
 from reaper.infra.db import migrate
+from reaper.infra.temporal import ensure_search_attributes
 from tests.support.controller import find_binary
 from tests.support.fleet import Fleet, fleet_with
 from tests.support.polling import eventually

@@ -111,8 +111,8 @@ def _show_logs(console: Console, demo: Demo) -> None:
 
 async def _scenario(d: Demo) -> None:
     """Start the stack, connect to it, run the steps; the pool is closed whatever happens."""
-    from activities.temporal import connect
     from reaper.infra.db import create_pool
+    from reaper.infra.temporal import connect
 
     t, s = d.timeline, d.settings
     d.stack.start(on_progress=t)
