@@ -21,12 +21,12 @@ from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
 from activities.diagnosis import ReplayCheck
-from activities.metrics_endpoint import sdk_runtime, serving
 from activities.sealing import load_secret
 from reaper import __version__
 from reaper.core.config import ConfigError, Settings, load_settings
 from reaper.core.models import Timings
 from reaper.infra.db import Unreachable, create_pool, migrate
+from reaper.infra.metrics_endpoint import sdk_runtime, serving
 from reaper.infra.temporal import (
     connect,
     ensure_search_attributes,
