@@ -1,7 +1,7 @@
 """``reaper workers``: the fleet, one row per running liveness workflow.
 
 Each worker's ``state`` comes from its liveness query; running-task counts and the fleet's
-disruption state come from Postgres through :mod:`activities.read`. Retired workers
+disruption state come from Postgres through :mod:`reaper.cli.read`. Retired workers
 (CONTRACT.md §5.1) are out of the fleet and hidden; ``--all`` lists them too, from their
 ``workers`` rows (their liveness has completed).
 """
@@ -38,7 +38,7 @@ from reaper.core.config import Settings
 from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
 
 if TYPE_CHECKING:
-    from activities import read
+    from reaper.cli import read
 
 QUERY_CONCURRENCY = 16
 """At most this many ``state`` queries in flight for ``reaper workers``."""
@@ -72,7 +72,7 @@ async def _postgres_view(
 ) -> tuple[dict[str, int] | None, dict[str, Any] | None, list[read.RetiredWorker] | None]:
     """Running tasks per worker, the fleet row and (with ``include_retired``) the retired
     workers; ``(None, None, None)`` with a note on failure."""
-    from activities import read
+    from reaper.cli import read
 
     try:
         conn = await read.open_connection(url, timeout_s=5)

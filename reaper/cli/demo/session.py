@@ -98,7 +98,7 @@ class Demo:
 
     @property
     def db(self) -> asyncpg.Pool:
-        """The Postgres pool (for :mod:`activities.read`); set once the stack is up."""
+        """The Postgres pool (for :mod:`reaper.cli.read`); set once the stack is up."""
         assert self.pool is not None, "the demo's Postgres pool is not open yet"
         return self.pool
 
