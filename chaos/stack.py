@@ -27,7 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RetryConfig
 
-from reaper.cli.processes import die_with_parent, find_temporal, free_port, is_listening
+from reaper.kit.processes import die_with_parent, find_temporal, free_port, is_listening
 
 ROOT = Path(__file__).resolve().parent.parent
 """The repository (``worker.py``)."""

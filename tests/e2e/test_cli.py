@@ -23,8 +23,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.cli.agent import RETIRE_ON_STOP_REASON, Agent
-from reaper.cli.processes import free_port, is_listening
 from reaper.core.contract import RETIRE_SIGNAL, StateView
+from reaper.kit.processes import free_port, is_listening
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually

@@ -46,11 +46,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from activities.sealing import load_secret
-from reaper.cli.postgres import EmbeddedPostgres
 from reaper.core.config import Settings
 from reaper.core.contract import StateView
 from reaper.infra.db import migrate
 from reaper.infra.temporal import ensure_search_attributes, while_unavailable
+from reaper.kit.postgres import EmbeddedPostgres
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
 from tests.support.processes import ControllerProcess, DevServer

@@ -11,8 +11,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from reaper.cli.processes import free_port, is_listening
 from reaper.core.contract import SEARCH_ATTRIBUTES
+from reaper.kit.processes import free_port, is_listening
 from tests.support.controller import find_binary
 from tests.support.paths import ROOT
 from tests.support.polling import eventually

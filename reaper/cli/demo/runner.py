@@ -18,9 +18,9 @@ from rich.console import Console
 
 from reaper.cli.demo.session import Demo, DemoFailed, Timeline
 from reaper.cli.demo.steps import run_steps
-from reaper.cli.processes import StackError, free_port, tail
 from reaper.cli.stack import Stack
 from reaper.core.config import Settings
+from reaper.kit.processes import StackError, free_port, tail
 
 DEMO_TIMINGS: dict[str, Any] = dict(
     heartbeat_interval=1.0,

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 
-from reaper.cli.processes import Child
 from reaper.cli.stack import Stack
 from reaper.core.config import Settings
 from reaper.core.contract import STATE_QUERY, StateView, liveness_id
+from reaper.kit.processes import Child
 
 if TYPE_CHECKING:
     import asyncpg
