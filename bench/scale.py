@@ -24,8 +24,8 @@ import asyncpg
 
 from bench.common import fmt_bytes
 from bench.env import BenchEnv, Controller, timings
-from bench.fleet import SimFleet, SimWorker
 from bench.result import Metric, verdict
+from reaper.kit.agents import SimAgent, SimFleet
 
 GIB = 2**30
 
@@ -84,7 +84,7 @@ async def run(
     progress(f"controllers 'scale-a' pid {a.pid} and 'scale-b' pid {b.pid} ({a.timings})")
     pool = await asyncpg.create_pool(a.db_url, min_size=1, max_size=2)
     fleet = SimFleet(env.client, a.task_queue, hb, concurrency=128)
-    sims = [SimWorker(f"scale-{i:05d}") for i in range(workers)]
+    sims = [SimAgent(f"scale-{i:05d}") for i in range(workers)]
     try:
         with Sampler([a, b]) as rss:
             fleet.start()
