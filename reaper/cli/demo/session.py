@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -20,7 +19,8 @@ from rich.console import Console
 
 from reaper.cli.stack import Stack
 from reaper.core.config import Settings
-from reaper.core.contract import STATE_QUERY, StateView, liveness_id
+from reaper.core.contract import StateView, liveness_id
+from reaper.kit.agents import query_state
 from reaper.kit.processes import Child
 
 if TYPE_CHECKING:
@@ -217,7 +217,4 @@ class Demo:
             temporalio.service.RPCError: the query failed (no such workflow, no controller).
         """
         assert self.client is not None, "the demo's Temporal client is not connected yet"
-        view: StateView = await self.client.get_workflow_handle(liveness_id(worker)).query(
-            STATE_QUERY, result_type=StateView, rpc_timeout=timedelta(seconds=3)
-        )
-        return view
+        return await query_state(self.client, worker, rpc_timeout=3)
