@@ -77,7 +77,7 @@ async def run(
     progress,
 ) -> tuple[list[Metric], dict]:
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(client, ctl.task_queue, interval)
+    fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     try:
         names = [f"fleet-{i:05d}" for i in range(workers)]
         doomed = names[-victims:]  # placement prefers low names: replacements go elsewhere

@@ -67,7 +67,7 @@ async def run(
 ) -> Metric:
     """``budget``: seconds allowed for growing from the first size to the last."""
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(client, ctl.task_queue, interval)
+    fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     idle = await sample_rss(ctl, 1.0)
     rss: dict[int, int] = {}
     reached: dict[int, int] = {}

@@ -83,7 +83,7 @@ async def run(
     b = await env.start_controller("scale-b", a.timings, replica_of=a)
     progress(f"controllers 'scale-a' pid {a.pid} and 'scale-b' pid {b.pid} ({a.timings})")
     pool = await asyncpg.create_pool(a.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(env.client, a.task_queue, hb, concurrency=128)
+    fleet = SimFleet(env.client, a.task_queue, hb, concurrency=128, overlap=True)
     sims = [SimAgent(f"scale-{i:05d}") for i in range(workers)]
     try:
         with Sampler([a, b]) as rss:

@@ -5,7 +5,8 @@ Beats are built by the agent's own code (:func:`reaper.core.protocol.build_beats
 simulated agent sends what a real one would.
 
 :class:`SimAgent` is one worker's identity and complete lists; :class:`SimFleet` beats every
-agent every interval (phases spread, calls bounded, at most one beat of an agent in flight),
+agent every interval (phases spread, calls bounded, one beat of an agent in flight unless
+told otherwise),
 can silence, pause and resume one, and can read ``state`` and apply it as the reference
 agent does.
 """
@@ -116,12 +117,13 @@ class SimAgent:
     """It beats while True (False: silent, as after a SIGKILL of its agent)."""
     next_due: float = 0.0
     """When its next beat is due (``time.monotonic()``)."""
-    busy: bool = False
-    """A beat of it is in flight."""
+    in_flight: int = 0
+    """Its beats in flight now."""
     last_sent: float | None = None
     """Wall-clock time (``time.time()``) at which its last beat was accepted."""
-    accepted: list[tuple[float, int]] = field(default_factory=list)
-    """``(time.monotonic(), seq)`` of every beat the server accepted."""
+    accepted: list[tuple[float, int]] | None = None
+    """``(time.monotonic(), seq)`` of every beat the server accepted, when given a list
+    (``None``: not kept; a fleet of thousands beats for long)."""
 
     def report(self) -> Mapping[str, list[str]] | None:
         """The complete lists to send now (``lists``; a subclass may compute them)."""
@@ -169,7 +171,8 @@ class SimAgent:
         for payload in beats:
             await send_heartbeat(client, task_queue, payload, rpc_timeout=rpc_timeout)
         self.last_sent = time.time()
-        self.accepted.append((time.monotonic(), int(beats[-1]["seq"])))
+        if self.accepted is not None:
+            self.accepted.append((time.monotonic(), int(beats[-1]["seq"])))
 
     def apply(self, view: StateView) -> None:
         """Apply a ``state`` answer as the reference agent does: each id in ``assignments``
@@ -207,6 +210,9 @@ class SimFleet:
         query_every: read ``state`` after every this many beats of an agent and apply it
             (:meth:`SimAgent.apply`); 0 never.
         on_beat: called after every beat attempt (:data:`BeatHook`).
+        overlap: send an agent's beat when due even while its previous one is in flight (a
+            load generator keeping its rate); by default an agent waits for its previous
+            beat, as ``reaper agent`` does.
 
     A failed beat is counted (``errors``, ``last_error``) and skipped: an agent keeps going
     through an outage. Use as a context manager (sync or async) inside a running loop, or
@@ -223,9 +229,11 @@ class SimFleet:
         send_timeout: float | None = None,
         query_every: int = 0,
         on_beat: BeatHook | None = None,
+        overlap: bool = False,
     ) -> None:
         self.client, self.tq, self.interval = client, task_queue, interval
         self.send_timeout, self.query_every, self.on_beat = send_timeout, query_every, on_beat
+        self.overlap = overlap
         self.agents: dict[str, SimAgent] = {}
         self.sem = asyncio.Semaphore(concurrency)
         self.sent = 0
@@ -260,7 +268,7 @@ class SimFleet:
         agent = self.agents[name]
         agent.alive = False
         deadline = time.monotonic() + timeout
-        while agent.busy:
+        while agent.in_flight:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name}'s beat still in flight after {timeout:g}s")
             await asyncio.sleep(0.01)
@@ -310,12 +318,12 @@ class SimFleet:
             self.before_round()
             now = time.monotonic()
             for a in list(self.agents.values()):
-                if a.alive and not a.busy and a.next_due <= now:
+                if a.alive and a.next_due <= now and (self.overlap or not a.in_flight):
                     self.max_lateness = max(self.max_lateness, now - a.next_due)
                     a.next_due += self.interval
                     if a.next_due <= now:  # fell behind a whole interval: do not burst
                         a.next_due = now + self.interval
-                    a.busy = True
+                    a.in_flight += 1
                     await self.sem.acquire()
                     self._spawn(self._send(a))
             await asyncio.sleep(TICK_S)
@@ -337,7 +345,7 @@ class SimFleet:
             self.errors += 1
             self.last_error = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         finally:
-            a.busy = False
+            a.in_flight -= 1
             self.sem.release()
         if self.on_beat is not None:
             self.on_beat(a, beats, sent, acked)

@@ -141,7 +141,7 @@ class Agents(SimFleet):
         super().__init__(client, task_queue, HEARTBEAT_S, send_timeout=HEARTBEAT_S)
         self.reports = reports
         boot = f"boot-{uuid.uuid4().hex[:8]}"
-        self.add(SimAgent(w, lists=r, boot_id=boot, seq=1) for w, r in reports.items())
+        self.add(SimAgent(w, lists=r, boot_id=boot, seq=1, accepted=[]) for w, r in reports.items())
 
     def before_round(self) -> None:
         for w, a in self.agents.items():
@@ -152,7 +152,8 @@ class Agents(SimFleet):
         return self.errors
 
     def first_accepted_after(self, worker: str, t: float) -> tuple[float, int] | None:
-        return next(((at, seq) for at, seq in self.agents[worker].accepted if at >= t), None)
+        accepted = self.agents[worker].accepted or []
+        return next(((at, seq) for at, seq in accepted if at >= t), None)
 
 
 async def register_fleet(pool: asyncpg.Pool) -> dict[str, dict[str, list[str]]]:
