@@ -31,7 +31,8 @@ from bench.env import Controller
 from bench.history import spread, task_latencies, timeline, timer_lateness
 from bench.result import Metric, verdict
 from bench.throughput import cpu, temporal_processes
-from reaper.kit.agents import SimAgent, SimFleet
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
 

@@ -21,7 +21,8 @@ from bench.env import Controller
 from bench.result import Metric
 from bench.throughput import cpu as cpu_of
 from bench.throughput import temporal_processes
-from reaper.kit.agents import SimAgent, SimFleet
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 
 async def sample_rss(ctl: Controller, seconds: float) -> int:

@@ -25,7 +25,8 @@ import asyncpg
 from bench.common import fmt_bytes
 from bench.env import BenchEnv, Controller, timings
 from bench.result import Metric, verdict
-from reaper.kit.agents import SimAgent, SimFleet
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """Simulated agents speaking the agent protocol (CONTRACT.md §2, §5.1).
 
-The kit's simulated agents (:mod:`reaper.kit.agents`): every ``HEARTBEAT_INTERVAL`` each
+The kit's simulated agents (:mod:`reaper.kit.fleet`): every ``HEARTBEAT_INTERVAL`` each
 signal-with-starts ``WorkerLiveness`` with its complete lists, and every third beat it
 queries ``state`` and applies it as the reference agent does (an id in ``assignments`` is a
 task started, a handle in ``orphans_by_kind`` is destroyed). Every beat goes to the ledger
@@ -25,7 +25,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from chaos.ledger import Beat, Ledger, Window
 from chaos.settings import HEARTBEAT_S
 from reaper.core.contract import StateView, liveness_id
-from reaper.kit.agents import SimAgent, SimFleet
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 KINDS = ("containers", "volumes", "tasks")
 QUERY_EVERY = 3

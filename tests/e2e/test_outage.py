@@ -49,7 +49,8 @@ from reaper.core.config import Settings
 from reaper.core.contract import StateView
 from reaper.infra.db import migrate
 from reaper.infra.temporal import ensure_search_attributes, while_unavailable
-from reaper.kit.agents import SimAgent, SimFleet
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 from reaper.kit.postgres import EmbeddedPostgres
 from reaper.kit.temporal import DevServer
 from tests.support.controller import ControllerProcess

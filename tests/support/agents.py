@@ -1,5 +1,5 @@
 """Simulated agents heartbeating in the background against a real dev server: the kit's
-(:class:`reaper.kit.agents.SimFleet`), driven by a dict of reports."""
+(:class:`reaper.kit.fleet.SimFleet`), driven by a dict of reports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from reaper.kit.agents import SimAgent, SimFleet
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 
 class Agents(SimFleet):
