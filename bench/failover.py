@@ -1,7 +1,7 @@
 """Metric 4: with a fleet heartbeating, kill 10 workers at once; time from each one's last
 heartbeat to ``lost`` and to its replacement placed, against ``LOST_AFTER``.
 
-One asyncio process simulates the fleet (bench/fleet.py): every worker beats by
+One asyncio process simulates the fleet (reaper/kit/agents.py): every worker beats by
 signal-with-start every ``REAPER_HEARTBEAT_INTERVAL``, the first beats spread over one
 interval, workers added in batches until all are registered. Each victim holds one running
 task of service ``bench-svc`` (desired count = victims) and reports it in every beat
@@ -28,17 +28,18 @@ import psutil
 
 from bench.common import wait_until
 from bench.env import Controller
-from bench.fleet import SimFleet, SimWorker
 from bench.history import spread, task_latencies, timeline, timer_lateness
 from bench.result import Metric, verdict
 from bench.throughput import cpu, temporal_processes
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
 
 async def ramp(
     fleet: SimFleet,
     pool: asyncpg.Pool,
-    workers: list[SimWorker],
+    workers: list[SimAgent],
     batch: int,
     progress,
     label: str,
@@ -77,7 +78,7 @@ async def run(
     progress,
 ) -> tuple[list[Metric], dict]:
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(client, ctl.task_queue, interval)
+    fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     try:
         names = [f"fleet-{i:05d}" for i in range(workers)]
         doomed = names[-victims:]  # placement prefers low names: replacements go elsewhere
@@ -93,9 +94,9 @@ async def run(
             [(t, n) for n, t in tasks.items()],
         )
         sims = [
-            SimWorker(
+            SimAgent(
                 n,
-                reports={"containers": [], "volumes": [], "tasks": [tasks[n]]}
+                lists={"containers": [], "volumes": [], "tasks": [tasks[n]]}
                 if n in tasks
                 else None,
             )
@@ -132,7 +133,7 @@ async def run(
         ctl_cores, tmp_cores = (ctl.cpu_seconds() - c0) / wall, (cpu(temporal) - t0) / wall
         gen_cores, load = (cpu(me) - d0) / wall, os.getloadavg()[0]
         await asyncio.sleep(0.5)
-        last = {n: fleet.workers[n].last_sent for n in doomed}
+        last = {n: fleet.agents[n].last_sent for n in doomed}
         lost_rows = await pool.fetch(
             "SELECT worker, min(extract(epoch FROM at)) AS at FROM reaper.events"
             " WHERE action = 'state' AND reason LIKE '%-> lost%' AND worker = ANY($1::text[])"

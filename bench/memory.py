@@ -18,10 +18,11 @@ import asyncpg
 
 from bench.common import fmt_bytes
 from bench.env import Controller
-from bench.fleet import SimFleet, SimWorker
 from bench.result import Metric
 from bench.throughput import cpu as cpu_of
 from bench.throughput import temporal_processes
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 
 async def sample_rss(ctl: Controller, seconds: float) -> int:
@@ -36,7 +37,7 @@ async def sample_rss(ctl: Controller, seconds: float) -> int:
 async def grow(
     fleet: SimFleet,
     pool: asyncpg.Pool,
-    sims: list[SimWorker],
+    sims: list[SimAgent],
     batch: int,
     deadline: float,
     progress,
@@ -67,7 +68,7 @@ async def run(
 ) -> Metric:
     """``budget``: seconds allowed for growing from the first size to the last."""
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(client, ctl.task_queue, interval)
+    fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     idle = await sample_rss(ctl, 1.0)
     rss: dict[int, int] = {}
     reached: dict[int, int] = {}
@@ -78,7 +79,7 @@ async def run(
     temporal = temporal_processes()
     cpu0, server0 = ctl.cpu_seconds(), cpu_of(temporal)
     try:
-        sims = [SimWorker(f"mem-{i:05d}") for i in range(max(sizes))]
+        sims = [SimAgent(f"mem-{i:05d}") for i in range(max(sizes))]
         fleet.start()
         done = 0
         t = time.monotonic()

@@ -50,8 +50,8 @@ async def _serve(address: str, task_queue: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    from activities.temporal import workflow_runner
     from bench.noop import BenchNoop as Noop  # not __main__'s copy: the sandbox imports it
+    from reaper.infra.temporal import workflow_runner
 
     # The same settings as worker.py's controller Worker.
     async with Worker(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import asyncpg
 import psutil
@@ -23,9 +24,9 @@ from temporalio.service import RPCError
 
 from bench.common import forwarded, gather_limited, query_state, wait_settled, wait_until
 from bench.env import BenchEnv, Controller
-from bench.fleet import SimWorker, send_beat
 from bench.result import Metric, verdict
 from reaper.core.signing import new_private_key
+from reaper.kit.agents import SimAgent, send_heartbeat
 
 NOOP = "BenchNoop"
 
@@ -60,10 +61,28 @@ async def _reaper_seq(client: Client, name: str) -> int:
     return st.last_seq if st.last_seq is not None else -1
 
 
+async def send(
+    client: Client, tq: str, name: str, payload: dict[str, Any], workflow: str | None = None
+) -> None:
+    """One heartbeat by signal-with-start: to reaper's liveness (the kit's
+    ``send_heartbeat``), or for the baseline to ``workflow`` by name, id ``{workflow}-{name}``."""
+    if workflow is None:
+        await send_heartbeat(client, tq, payload, worker=name)
+        return
+    await client.start_workflow(
+        workflow,
+        None,
+        id=f"{workflow}-{name}",
+        task_queue=tq,
+        start_signal="heartbeat",
+        start_signal_args=[payload],
+    )
+
+
 async def burst(
     client: Client,
     tq: str,
-    sims: list[SimWorker],
+    sims: list[SimAgent],
     beats: int,
     workflow: str | None,
     reports: bool = True,
@@ -75,7 +94,7 @@ async def burst(
     start = time.monotonic()
     await gather_limited(
         (
-            send_beat(client, tq, w.name, w.payload(with_reports=reports and b % 2 == 1), workflow)
+            send(client, tq, w.name, w.payload(with_lists=reports and b % 2 == 1), workflow)
             for b, w in order
         ),
         64,
@@ -94,11 +113,11 @@ async def burst(
     return time.monotonic() - start
 
 
-def _sims(prefix: str, workers: int, signed: bool = False) -> list[SimWorker]:
+def _sims(prefix: str, workers: int, signed: bool = False) -> list[SimAgent]:
     return [
-        SimWorker(
+        SimAgent(
             f"{prefix}-{i:04d}",
-            reports={
+            lists={
                 "containers": [f"{prefix}-{i:04d}-c{j}" for j in range(5)],
                 "volumes": [],
                 "tasks": [],
@@ -130,7 +149,7 @@ async def run(
             schema_name="reaper",
             columns=["handle", "worker", "state"],
             records=[
-                (h, w.name, "created") for w in live + signed for h in w.reports["containers"]
+                (h, w.name, "created") for w in live + signed for h in (w.lists or {})["containers"]
             ],
         )
     finally:
@@ -139,15 +158,15 @@ async def run(
     # the scheduler's inserts above fed back once (the change feed) before timing starts.
     for sims in (live, signed):
         await gather_limited(
-            (send_beat(client, ctl.task_queue, w.name, w.payload()) for w in sims), 64
+            (send_heartbeat(client, ctl.task_queue, w.payload()) for w in sims), 64
         )
-    await gather_limited((send_beat(client, noop_tq, w.name, w.payload(), NOOP) for w in noop), 64)
+    await gather_limited((send(client, noop_tq, w.name, w.payload(), NOOP) for w in noop), 64)
     await wait_settled(client, {w.name: w.seq - 1 for w in live + signed}, timeout=120)
     await wait_until(lambda: _all_noop(client, noop), 120, "no-op workflows started")
     await asyncio.sleep(2 * ctl.heartbeat_interval)  # the feed's nudges delivered
     for sims in (live, signed):
         await gather_limited(
-            (send_beat(client, ctl.task_queue, w.name, w.payload()) for w in sims), 64
+            (send_heartbeat(client, ctl.task_queue, w.payload()) for w in sims), 64
         )
     await wait_settled(client, {w.name: w.seq - 1 for w in live + signed}, timeout=120)
     fwd0 = await forwarded(client, [w.name for w in live])
@@ -225,6 +244,6 @@ async def run(
     return [m, s]
 
 
-async def _all_noop(client: Client, sims: list[SimWorker]) -> bool:
+async def _all_noop(client: Client, sims: list[SimAgent]) -> bool:
     seqs = await gather_limited((_noop_seq(client, w.name) for w in sims), 32)
     return all(s >= 0 for s in seqs)

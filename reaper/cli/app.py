@@ -229,9 +229,9 @@ async def connect_temporal(settings: ConnectionSettings) -> Any:
     Raises:
         CliError: Temporal is unreachable; the message says where it was looked for.
     """
-    from activities.db import Unreachable
-    from activities.temporal import connect
     from reaper.core.contract import DEFAULT_ADDRESS
+    from reaper.infra.db import Unreachable
+    from reaper.infra.temporal import connect
 
     logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
     target = settings.temporal_address or DEFAULT_ADDRESS

@@ -31,7 +31,7 @@ from reaper.cli.runtimes.labels import HANDLE_LABEL, TASK_LABEL, WORKER_LABEL
 from reaper.cli.runtimes.templates import Templates
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
-from tests.support.agents import Agents
+from tests.support.agents import AgentProcess, Agents
 from tests.support.controller import controller, make_settings
 from tests.support.engine import (
     FaultyProxy,
@@ -44,7 +44,6 @@ from tests.support.engine import (
 from tests.support.heartbeats import query_state
 from tests.support.paths import ROOT
 from tests.support.polling import eventually
-from tests.support.processes import AgentProcess
 
 _why_not = cannot_run()
 if _why_not is not None:

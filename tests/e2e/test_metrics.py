@@ -13,11 +13,11 @@ import uuid
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from reaper.cli.processes import free_port
+from reaper.kit.processes import free_port
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beat, send
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",

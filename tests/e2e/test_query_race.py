@@ -35,10 +35,9 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from reaper.core.contract import StateView
-from tests.support.controller import controller, make_settings
+from tests.support.controller import ControllerProcess, controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, send
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 from worker import replay_check
 from workflows import WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id

@@ -62,12 +62,13 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.temporal import connect
 from reaper import __version__
+from reaper.infra.temporal import connect
+from reaper.kit.temporal import DevServer
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beats_handled, query_state
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess, DevServer
 from tests.support.releases import (
     Release,
     Unavailable,
@@ -117,7 +118,7 @@ one or two workflow tasks and activities on a loaded two-core machine."""
 RESUME_S = 30.0
 """How long after the lock's release the held reap and retirement may take: CONTRACT.md
 rule 8 (work interrupted by a controller restart resumes within 30 s); their attempts back
-off up to 10 s, each waiting up to 3 s for the lock (activities/db.py ``LOCK_TIMEOUT_S``)."""
+off up to 10 s, each waiting up to 3 s for the lock (reaper/infra/db.py ``LOCK_TIMEOUT_S``)."""
 POLL_S = 0.2
 """How often the test looks at Postgres and Temporal while it waits."""
 RECORD = os.environ.get("REAPER_RECORD_HISTORIES") == "1"
@@ -195,8 +196,8 @@ def old_release(tmp_path) -> OldRelease:
 async def own_temporal(tmp_path) -> AsyncIterator[tuple[DevServer, Client]]:
     """A dev server of this test's own (continue-as-new suggested every ~30 events, so
     runs the old release started are continued by the new one), and a client of it."""
-    server = DevServer(tmp_path)
-    await server.start()
+    server = DevServer(tmp_path / "temporal.log", continue_as_new_after=30)
+    await server.up()
     try:
         yield server, await connect(server.address, "default", deadline_s=60)
     finally:

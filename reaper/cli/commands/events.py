@@ -1,6 +1,6 @@
 """``reaper events``: the ``reaper.events`` timeline (CONTRACT.md §3), filtered, and followed.
 
-Rows are read through :mod:`activities.read` (the shell's read model); this module holds no
+Rows are read through :mod:`reaper.cli.read` (the shell's read model); this module holds no
 SQL. ``--follow`` polls for rows with a larger id every :data:`FOLLOW_POLL_S` seconds until
 Ctrl-C or SIGTERM, which end it with status 0.
 """
@@ -30,7 +30,7 @@ from reaper.cli.commands.workers import find_database_url
 from reaper.core.config import ConfigError, parse_duration
 
 if TYPE_CHECKING:
-    from activities import read
+    from reaper.cli import read
 
 FOLLOW_POLL_S = 1.0
 """``--follow`` asks Postgres for new rows this often (seconds)."""
@@ -105,7 +105,7 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
     Raises:
         CliError: Postgres is unreachable or the schema is not there yet.
     """
-    from activities import read
+    from reaper.cli import read
 
     try:
         conn = await read.open_connection(url, timeout_s=5)
@@ -152,7 +152,7 @@ def no_events(filters: dict[str, Any], follow: bool, json_lines: bool) -> None:
 
 async def _last_id(conn: Any) -> int:
     """With nothing shown yet, follow from the newest row of any kind (not from id 0)."""
-    from activities import read
+    from reaper.cli import read
 
     newest = await read.events(conn, limit=1)
     return newest[-1].id if newest else 0

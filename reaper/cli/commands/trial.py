@@ -1,6 +1,6 @@
 """``reaper try-scheduler``: a stand-in for a real scheduler, to try reaper on ``make run``.
 
-It writes what a scheduler would (CONTRACT.md §3) through :mod:`activities.read`: a service
+It writes what a scheduler would (CONTRACT.md §3) through :mod:`reaper.cli.read`: a service
 with ``desired_count``, its tasks ``pending`` and placed round-robin on the running,
 non-draining workers, and one container and one volume row per task. With ``--agents-dir``
 it also creates those containers and volumes in the reference agents' state directories
@@ -44,7 +44,7 @@ async def place_service(
     """
     import asyncpg
 
-    from activities import read, scheduler
+    from reaper.cli import read, scheduler
 
     try:
         conn = await read.open_connection(url, timeout_s=5)

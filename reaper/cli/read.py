@@ -1,6 +1,6 @@
 """The shell's read model: every SQL statement of ``reaper workers``, ``events``,
 ``try-scheduler`` and ``demo`` (their writes, a stand-in scheduler's, are
-:mod:`activities.scheduler`'s).
+:mod:`reaper.cli.scheduler`'s).
 
 The controller never calls these. They are plain async functions over an asyncpg pool or
 connection (both have ``fetch``/``fetchrow``/``fetchval``/``execute``), so that the shell
