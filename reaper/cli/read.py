@@ -278,6 +278,15 @@ async def events(
     return [Event(*r.values()) for r in rows]
 
 
+async def event_ids_after(db: Db, after_id: int, limit: int = 100_000) -> list[int]:
+    """The ids of every ``events`` row above ``after_id`` (any kind), ascending: what has
+    committed so far (``reaper.cli.follow``)."""
+    rows = await db.fetch(
+        "SELECT id FROM reaper.events WHERE id > $1 ORDER BY id LIMIT $2", after_id, limit
+    )
+    return [r["id"] for r in rows]
+
+
 async def running_workers(db: Db) -> list[str]:
     """Names of the workers a scheduler may place tasks on now: placeable
     (``states.PLACEABLE``: running), not draining."""

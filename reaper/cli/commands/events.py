@@ -1,8 +1,9 @@
 """``reaper events``: the ``reaper.events`` timeline (CONTRACT.md §3), filtered, and followed.
 
 Rows are read through :mod:`reaper.cli.read` (the shell's read model); this module holds no
-SQL. ``--follow`` polls for rows with a larger id every :data:`FOLLOW_POLL_S` seconds until
-Ctrl-C or SIGTERM, which end it with status 0.
+SQL. ``--follow`` polls for new rows every :data:`FOLLOW_POLL_S` seconds until Ctrl-C or
+SIGTERM, which end it with status 0; :class:`reaper.cli.follow.FollowWindow` keeps it from
+missing a row whose transaction committed after a newer one.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,7 @@ from reaper.cli.app import (
     fail,
 )
 from reaper.cli.commands.workers import find_database_url
+from reaper.cli.follow import FollowWindow
 from reaper.core.config import ConfigError, parse_duration
 
 if TYPE_CHECKING:
@@ -122,15 +125,18 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
         show(rows, js)
         if not rows:
             no_events(filters, follow, js)
-        last = rows[-1].id if rows else await _last_id(conn)
+        window = FollowWindow(await _last_id(conn))
         while follow and not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), FOLLOW_POLL_S)
             except TimeoutError:
                 pass
-            rows = await read.events(conn, after_id=last, **filters)
-            show(rows, js)
-            last = rows[-1].id if rows else last
+            # Committed ids first: a row committed after this read waits for the next poll.
+            committed = await read.event_ids_after(conn, window.floor)
+            rows = await read.events(conn, after_id=window.floor, **filters)
+            new = set(window.fresh(r.id for r in rows))
+            show([r for r in rows if r.id in new], js)
+            window.advance(committed, time.monotonic())
     finally:
         await conn.close()
 
@@ -151,7 +157,7 @@ def no_events(filters: dict[str, Any], follow: bool, json_lines: bool) -> None:
 
 
 async def _last_id(conn: Any) -> int:
-    """With nothing shown yet, follow from the newest row of any kind (not from id 0)."""
+    """Follow from the newest row of any kind: what is printed already is at or below it."""
     from reaper.cli import read
 
     newest = await read.events(conn, limit=1)
