@@ -42,6 +42,7 @@ COMMANDS = [
     "undrain",
     "retire",
     "force-reap",
+    "keygen",
     "demo",
 ]
 
