@@ -22,6 +22,12 @@ Temporal being unreachable is logged and retried at the next interval; the agent
 on its own. A stop is a restart (nothing is reaped) unless ``retire_on_stop`` is set: then,
 when it stops, it signals ``retire`` to its liveness (CONTRACT.md §5.1), for a host that is
 being removed for good.
+
+With a ``key`` (CONTRACT.md §5.2), every beat carries ``agent_key`` and ``sig``, and the
+``retire`` is signed with the same key (a worker may sign its own ``retire``), so the agent is
+heard in ``REAPER_AGENT_AUTH=required`` mode. When the ``state`` query shows the controller
+rejecting this agent's beats (unsigned in ``required`` mode, another key pinned), it says so
+once per reason in its log.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import cast
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -54,6 +61,7 @@ from reaper.core.contract import (
     liveness_id,
 )
 from reaper.core.protocol import build_beats
+from reaper.core.signing import sign_heartbeat, sign_operator_signal
 
 __all__ = [
     "Agent",
@@ -86,6 +94,8 @@ class Agent:
         runtime: where the host's handles live; a :class:`DirectoryRuntime` of ``state_dir``
             when omitted.
         retire_on_stop: when :meth:`run` ends, signal ``retire`` (the host leaves for good).
+        key: the agent's Ed25519 private key: beats and the ``retire`` are signed with it
+            (CONTRACT.md §5.2); ``None`` sends them unsigned (v1, ``pin`` and ``off`` modes).
         metrics: the agent's Prometheus series (:mod:`reaper.cli.agent_metrics`).
     """
 
@@ -96,6 +106,7 @@ class Agent:
     state_dir: Path | None = None
     runtime: Runtime | None = None
     retire_on_stop: bool = False
+    key: Ed25519PrivateKey | None = None
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     seq: int = 0
@@ -105,6 +116,7 @@ class Agent:
     _client: Client | None = None
     _failing: str | None = None
     _last_state: tuple[str, bool] | None = None
+    _last_rejection: str | None = None
     _actions: asyncio.Task[tuple[list[str], list[str]]] | None = None
 
     def __post_init__(self) -> None:
@@ -145,6 +157,8 @@ class Agent:
         lists = self.snapshot() if lists is None else lists
         beats = build_beats(self.worker, self.boot_id, self.seq, lists, known)
         self.seq += len(beats)
+        if self.key is not None:
+            beats = [sign_heartbeat(beat, self.key) for beat in beats]
         return beats
 
     async def beat_once(self) -> StateView | None:
@@ -206,7 +220,14 @@ class Agent:
         return view
 
     def _log_state(self, view: StateView) -> None:
-        """One line when the worker's state or draining changes."""
+        """One line when the worker's state or draining changes, and one when the controller
+        rejects this agent's beats for a reason it did not log before."""
+        last = view.last_rejection  # a beat's rejection, and this boot's beats not heard
+        if last and last.startswith("heartbeat:") and view.boot_id != self.boot_id:
+            hint = "" if self.key is not None else " (unsigned: give the agent --key-file)"
+            if last != self._last_rejection:
+                log.warning("the controller rejects beats of %s: %s%s", self.worker, last, hint)
+            self._last_rejection = last
         state = (view.state, view.draining)
         if state != self._last_state:
             log.info(
@@ -288,7 +309,9 @@ class Agent:
         """
         # The boot it retires: delivered late, after this host restarted, it must not
         # retire the new boot (policy.fleet.retire_is_stale).
-        payload = {"reason": reason, "actor": "agent", "boot_id": self.boot_id}
+        payload: dict[str, object] = {"reason": reason, "actor": "agent", "boot_id": self.boot_id}
+        if self.key is not None:  # signed once: a retried delivery is the same signal
+            payload = sign_operator_signal(payload, self.worker, self.key, signal=RETIRE_SIGNAL)
         wf_id = liveness_id(self.worker)
         give_up = time.monotonic() + deadline_s
         while True:

@@ -78,7 +78,7 @@ def parse_keys(value: Any) -> tuple[str, ...]:
         if not is_public_key(key):
             raise ValueError(
                 f"{key[:16]!r}... is not an Ed25519 public key (standard base64 of 32 bytes; "
-                "`reaper keygen` prints one)"
+                "`reaper keygen --out FILE` makes a key and prints it)"
             )
     return keys
 

@@ -45,6 +45,7 @@ COMMANDS = [
     "undrain",
     "retire",
     "force-reap",
+    "keygen",
     "demo",
 ]
 

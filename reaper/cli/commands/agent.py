@@ -1,5 +1,15 @@
 """``reaper agent``: run the reference agent (:mod:`reaper.cli.agent`) for one worker, on a
-runtime (:mod:`reaper.cli.runtimes`): ``directory`` (the default) or ``docker``."""
+runtime (:mod:`reaper.cli.runtimes`): ``directory`` (the default) or ``docker``.
+
+``--key-file FILE`` (env ``REAPER_AGENT_KEY_FILE``) signs its beats and its ``retire``
+(CONTRACT.md §5.2). The file is created (Ed25519, mode 0600) on the first start when it does
+not exist: it is the host's identity, as an SSH host key is made on a host's first boot, and
+the worker's first signed beat pins it unless the operator enrolled a key beforehand. It must
+outlive the agent (not a container's writable layer, not the state directory the scheduler
+writes to): a host that loses it is rejected until an operator removes its pin. There is no
+default file: an agent signs only when told to, since in ``pin`` mode (the default) its first
+signed beat pins a key that every later start must then hold.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +37,8 @@ from reaper.cli.app import (
 from reaper.core.config import ConfigError, parse_duration
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from reaper.cli.agent_metrics import AgentMetrics
     from reaper.cli.runtimes import Runtime
 
@@ -65,6 +77,23 @@ def docker_runtime(
     return DockerRuntime(
         worker, Engine(url, timeout, metrics), Templates(templates), stop_grace, metrics
     )
+
+
+def agent_key(path: Path) -> tuple[Ed25519PrivateKey, bool]:
+    """The agent's key at ``path`` (``~`` expanded), created (mode 0600) if it does not exist.
+
+    Returns:
+        The key, and whether this call created it.
+
+    Raises:
+        CliError: exit status 2: the file cannot be read or written, or holds no Ed25519
+            private key.
+    """
+    from reaper.cli.keys import read_key
+
+    path = path.expanduser()
+    existed = path.exists()
+    return read_key(path, "--key-file", create=True), not existed
 
 
 @app.command(short_help="A reference agent: heartbeats a state directory or a container engine.")
@@ -118,6 +147,16 @@ def agent(
         metavar="DURATION",
         help="How often to beat (env REAPER_HEARTBEAT_INTERVAL; default 10s).",
     ),
+    key_file: Path | None = typer.Option(
+        None,
+        "--key-file",
+        envvar="REAPER_AGENT_KEY_FILE",
+        show_envvar=False,
+        metavar="FILE",
+        help="Sign beats and the retire with this Ed25519 private key, created (mode 0600) "
+        "if missing, as REAPER_AGENT_AUTH=required needs; keep it outside the state "
+        "directory (env REAPER_AGENT_KEY_FILE; default unsigned).",
+    ),
     retire_on_stop: bool = typer.Option(
         False,
         "--retire-on-stop",
@@ -157,9 +196,12 @@ def agent(
             raise CliError(f"--stop-grace: {exc}", code=2) from None
         if not 0 <= metrics_port <= 65535:
             raise CliError(f"--metrics-port: not a TCP port: {metrics_port}", code=2)
+        key, created = agent_key(key_file) if key_file is not None else (None, False)
     except CliError as exc:
         fail(exc)
     setup_logging(verbose)
+    if key_file is not None and key is not None:
+        log_key(key_file.expanduser(), key, created)
     metrics = AgentMetrics()
     if metrics_port:
         metrics.serve(metrics_port)
@@ -179,6 +221,7 @@ def agent(
             settings.temporal_address, settings.namespace, settings.heartbeat_interval
         ),
         retire_on_stop=retire_on_stop,
+        key=key,
     )
 
     async def main_loop() -> bool:
@@ -196,3 +239,16 @@ def agent(
         "" if done else "; its retire was not delivered",
     )
     exit_now(0 if done else 1)
+
+
+def log_key(path: Path, key: Ed25519PrivateKey, created: bool) -> None:
+    """One line naming the agent's key file and public key (to enrol or check a pin), and a
+    warning if the file may be read by others."""
+    from reaper.cli.keys import loose_mode
+    from reaper.core.signing import public_key_text
+
+    log = logging.getLogger("reaper.agent")
+    verb = "created" if created else "read"
+    log.info("signing with the key %s from %s: public key %s", verb, path, public_key_text(key))
+    if warning := loose_mode(path):
+        log.warning("the agent's key %s", warning)
