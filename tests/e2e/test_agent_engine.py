@@ -24,13 +24,13 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.cli.agent_metrics import AgentMetrics
-from reaper.cli.processes import free_port
 from reaper.cli.runtimes.docker import DockerRuntime
 from reaper.cli.runtimes.engine import Engine
 from reaper.cli.runtimes.labels import HANDLE_LABEL, TASK_LABEL, WORKER_LABEL
 from reaper.cli.runtimes.templates import Templates
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
+from reaper.kit.processes import free_port
 from tests.support.agents import AgentProcess, Agents
 from tests.support.controller import controller, make_settings
 from tests.support.engine import (

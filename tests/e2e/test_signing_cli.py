@@ -5,11 +5,8 @@ Postgres and an in-process controller in ``REAPER_AGENT_AUTH=required`` mode."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import stat
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -27,11 +24,11 @@ from reaper.core.signing import (
     public_key_text,
     sign_heartbeat,
 )
+from tests.support.agents import AgentProcess
 from tests.support.cli import reaper, run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
-from tests.support.processes import ChildProcess
 
 FAST = dict(
     heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5, resync_interval=0.4
@@ -183,20 +180,12 @@ async def test_operator_commands_sign_with_a_key_file_in_required_mode(
         assert view.rejected == 2 and view.state == "running", view
 
 
-def _agent(tmp_path: Path, name: str, tq: str, addr: str, *flags: str) -> ChildProcess:
+def _agent(tmp_path: Path, name: str, tq: str, addr: str, *flags: str) -> AgentProcess:
     """``reaper agent`` for worker ``name`` as a child process, its log in ``tmp_path``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    child = ChildProcess()
-    with open(tmp_path / f"{name}.log", "wb") as log:
-        argv = ["agent", "--worker", name, "--state-dir", str(tmp_path / name)]
-        argv += ["--address", addr, "--task-queue", tq, "--heartbeat-interval", "0.2"]
-        child.proc = subprocess.Popen(
-            [sys.executable, "-m", "reaper.cli", *argv, *flags],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=Path(__file__).parent,  # no .env of the caller
-        )
+    argv = ["--worker", name, "--state-dir", str(tmp_path / name)]
+    argv += ["--address", addr, "--task-queue", tq, "--heartbeat-interval", "0.2", *flags]
+    child = AgentProcess(argv, tmp_path / f"{name}.log")
+    child.start()
     return child
 
 
