@@ -58,12 +58,7 @@ class HandleCollector:
 
     @workflow.init
     def __init__(self, *args: Any) -> None:
-        self.start = front_door.parse(
-            CollectorInput.model_validate,
-            front_door.first(args, "start input"),
-            "start input",
-            "malformed-start",
-        )
+        self.start = front_door.start_input(CollectorInput.model_validate, args)
         """``None`` when the start input did not parse: ``run`` then ends at once (its
         liveness starts a new collector when its next report finds this one gone)."""
         self.gc = (self.start.carried if self.start else None) or CollectorState()

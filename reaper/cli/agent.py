@@ -23,11 +23,8 @@ on its own. A stop is a restart (nothing is reaped) unless ``retire_on_stop`` is
 when it stops, it signals ``retire`` to its liveness (CONTRACT.md §5.1), for a host that is
 being removed for good.
 
-With a ``key`` (CONTRACT.md §5.2), every beat carries ``agent_key`` and ``sig``, and the
-``retire`` is signed with the same key (a worker may sign its own ``retire``), so the agent is
-heard in ``REAPER_AGENT_AUTH=required`` mode. When the ``state`` query shows the controller
-rejecting this agent's beats (unsigned in ``required`` mode, another key pinned), it says so
-once per reason in its log.
+With a ``key`` (CONTRACT.md §5.2) its beats and its ``retire`` are signed, so it is heard in
+``REAPER_AGENT_AUTH=required`` mode; a rejection of its beats is logged once per reason.
 """
 
 from __future__ import annotations
@@ -45,23 +42,22 @@ from typing import cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from reaper.cli.agent_connection import ClientFactory, client_factory, short_error
 from reaper.cli.agent_metrics import AgentMetrics
+from reaper.cli.agent_retire import RETIRE_DEADLINE_S, RETIRE_ON_STOP_REASON, send_retire
 from reaper.cli.runtimes import Inventory, Runtime
 from reaper.cli.runtimes.directory import DirectoryRuntime, list_entries, remove_entry
 from reaper.core.contract import (
     HEARTBEAT_SIGNAL,
     KINDS,
     LIVENESS_WORKFLOW,
-    RETIRE_SIGNAL,
     STATE_QUERY,
     StateView,
     liveness_id,
 )
 from reaper.core.protocol import build_beats
-from reaper.core.signing import sign_heartbeat, sign_operator_signal
+from reaper.core.signing import sign_heartbeat
 
 __all__ = [
     "Agent",
@@ -73,11 +69,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("reaper.agent")
-
-RETIRE_ON_STOP_REASON = "agent stopped with --retire-on-stop"
-"""The ``reason`` of the ``retire`` an agent sends when it stops with ``retire_on_stop``."""
-RETIRE_DEADLINE_S = 10.0
-"""How long a stopping agent keeps trying to deliver its ``retire``, in seconds."""
 
 
 @dataclass
@@ -91,8 +82,7 @@ class Agent:
         client_factory: returns a connected Temporal client; called again after a failure.
         state_dir: the ``directory`` runtime's directory (``containers/``, ``volumes/``,
             ``tasks/``); used when no ``runtime`` is given.
-        runtime: where the host's handles live; a :class:`DirectoryRuntime` of ``state_dir``
-            when omitted.
+        runtime: where the host's handles live (default: a :class:`DirectoryRuntime`).
         retire_on_stop: when :meth:`run` ends, signal ``retire`` (the host leaves for good).
         key: the agent's Ed25519 private key: beats and the ``retire`` are signed with it
             (CONTRACT.md §5.2); ``None`` sends them unsigned (v1, ``pin`` and ``off`` modes).
@@ -298,46 +288,11 @@ class Agent:
         return await self.retire(RETIRE_ON_STOP_REASON)
 
     async def retire(self, reason: str, deadline_s: float = RETIRE_DEADLINE_S) -> bool:
-        """Signal ``retire`` to this worker's running liveness (by name, plain JSON).
-
-        Retried until delivered or ``deadline_s`` seconds have passed. Beats of this boot
-        still in flight are ignored by the controller once the retirement is done.
-
-        Returns:
-            True once delivered; False if Temporal stayed unreachable or there is no running
-            ``liveness-{worker}`` (never registered, or retired already).
-        """
-        # The boot it retires: delivered late, after this host restarted, it must not
-        # retire the new boot (policy.fleet.retire_is_stale).
-        payload: dict[str, object] = {"reason": reason, "actor": "agent", "boot_id": self.boot_id}
-        if self.key is not None:  # signed once: a retried delivery is the same signal
-            payload = sign_operator_signal(payload, self.worker, self.key, signal=RETIRE_SIGNAL)
-        wf_id = liveness_id(self.worker)
-        give_up = time.monotonic() + deadline_s
-        while True:
-            left = give_up - time.monotonic()
-            try:
-                client = await asyncio.wait_for(self._get_client(), timeout=max(left, 0.1))
-                handle = client.get_workflow_handle(wf_id)
-                await handle.signal(
-                    RETIRE_SIGNAL, payload, rpc_timeout=timedelta(seconds=max(left, 1.0))
-                )
-            except RPCError as exc:
-                if exc.status is RPCStatusCode.NOT_FOUND:
-                    log.warning("retire not sent: no running %s (%s)", wf_id, short_error(exc))
-                    return False
-                error: BaseException = exc
-            except Exception as exc:  # unreachable, a timeout
-                error = exc
-            else:
-                log.info("sent retire to %s (reason: %s)", wf_id, reason)
-                return True
-            if time.monotonic() >= give_up:
-                log.warning(
-                    "retire not sent to %s within %gs: %s", wf_id, deadline_s, short_error(error)
-                )
-                return False
-            await asyncio.sleep(min(0.5, max(give_up - time.monotonic(), 0)))
+        """Signal ``retire`` for this boot to this worker's running liveness, signed with
+        ``key`` if given (:func:`reaper.cli.agent_retire.send_retire`)."""
+        return await send_retire(
+            self._get_client, self.worker, self.boot_id, self.key, reason, deadline_s
+        )
 
     async def _get_client(self) -> Client:
         if self._client is None:

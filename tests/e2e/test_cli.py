@@ -22,7 +22,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.cli.agent import RETIRE_ON_STOP_REASON, Agent
+from reaper.cli.agent import Agent
+from reaper.cli.agent_retire import RETIRE_ON_STOP_REASON
 from reaper.core.contract import RETIRE_SIGNAL, StateView
 from reaper.kit.processes import Child, free_port, is_listening
 from tests.support.cli import reaper, run_cli

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.cli.agent import RETIRE_ON_STOP_REASON
+from reaper.cli.agent_retire import RETIRE_ON_STOP_REASON
 from reaper.core.contract import StateView
 from reaper.core.signing import (
     is_public_key,
