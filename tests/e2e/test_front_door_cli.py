@@ -15,7 +15,6 @@ from typing import Any
 import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from temporalio.api.enums.v1 import EventType
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -115,10 +114,8 @@ async def test_raw_json_through_the_temporal_cli_changes_nothing(
             is None
         )
         assert st_.rejected > 0
-        failed = 0
-        async for event in client.get_workflow_handle(liveness_id(w)).fetch_history_events():
-            failed += event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        assert failed == 0
+        # The server's own refusals (a signal during a completion) are benign; none other.
+        assert await failed_tasks(client, liveness_id(w)) == []
 
 
 def cli_env(client: Any, home: Path) -> dict[str, str]:
