@@ -157,7 +157,7 @@ class CollectionActivities(ActivityBase):
                 stuck, creating_due = await fail_stuck_creating(
                     conn, inp, self.settings.stall_after
                 )
-            cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
+            cutoff = policy.orphan_cutoff(inp.taken_at, inp.missing_ttl)
             result.status = await kind_status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
             unknown = await conn.fetch(sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
@@ -173,7 +173,7 @@ class CollectionActivities(ActivityBase):
             )
             orphans = [r["handle"] for r in unknown]
             pending = await conn.fetchval(sql.NEXT_ORPHAN, worker, kind, cutoff)
-            orphan_due = policy.next_due(pending, inp.missing_ttl)
+            orphan_due = policy.orphan_due(pending, inp.missing_ttl)
             result.status.recheck_due = policy.recheck_at(orphan_due, creating_due)
             if kind == "tasks":
                 reaped = await column(conn, sql.ORPHANED_TASKS, worker, states.ENDED_TASKS)
@@ -258,4 +258,4 @@ async def kind_status(
     a dry run's marks), and when the oldest mark falls due after ``ttl`` seconds."""
     row = await conn.fetchrow(store.status[kind], worker)
     oldest: datetime | None = row["oldest"]
-    return KindStatus(missing=row["n"], next_due=policy.next_due(oldest, ttl))
+    return KindStatus(missing=row["n"], next_due=policy.next_due(kind, oldest, ttl))

@@ -264,7 +264,7 @@ class HandleCollector:
             DestroyInput(
                 worker=worker,
                 kind=r.kind,
-                cutoff=policy.destroy_cutoff(r.taken_at, t.missing_ttl),
+                cutoff=policy.destroy_cutoff(r.kind, r.taken_at, t.missing_ttl),
                 missing_ttl=t.missing_ttl,
                 dry_run=t.dry_run,
                 report=SealedReport.of(r),

@@ -220,7 +220,7 @@ def explain_row(
     if r.missing_since is None:
         e.because = f"{r.state}{on}, not missing: its worker's latest complete report held it"
         return e
-    due = collection.next_due(r.missing_since, t.missing_ttl)
+    due = collection.next_due(f"{r.kind}s", r.missing_since, t.missing_ttl)
     verb = "stopped (missing)" if r.kind == "task" else "destroyed"
     e.because = f"missing since {clock(r.missing_since)}: every complete report since lacked it"
     e.next = (
