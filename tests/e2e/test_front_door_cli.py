@@ -58,16 +58,26 @@ async def cli_signal(env: dict[str, str], worker: str, name: str, text: str) -> 
     )
 
 
-async def cli(env: dict[str, str], *argv: str) -> None:
-    """Run the ``temporal`` CLI; it must succeed (the server accepted what it sent)."""
-    proc = await asyncio.create_subprocess_exec(
-        find_binary("temporal"),
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+CLOSING = "workflow is closing"
+"""The server refuses a signal while the run continues as new (every ~30 events on the
+test's dev server); the next run takes it, so the CLI sends it again, as an operator would."""
+
+
+async def cli(env: dict[str, str], *argv: str, attempts: int = 5) -> None:
+    """Run the ``temporal`` CLI; it must succeed (the server accepted what it sent), once
+    the run it targets is not in the middle of a continue-as-new."""
+    for attempt in range(attempts):
+        proc = await asyncio.create_subprocess_exec(
+            find_binary("temporal"),
+            *argv,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+        if proc.returncode == 0 or CLOSING not in err.decode() or attempt == attempts - 1:
+            break
+        await asyncio.sleep(0.2)
     assert proc.returncode == 0, err.decode()
 
 
