@@ -1,6 +1,6 @@
 """A `state` query that races a deadline timer or a beat must not leave a liveness stuck.
 
-The chaos campaign's stuck livenesses (README, "What the campaigns found"), reproduced
+The chaos campaign's stuck livenesses (docs/chaos.md, "What the campaigns found"), reproduced
 without any server restart: a ``state`` query sent while the liveness has no workflow task
 pending is handed by the server to a worker on its own, as a *legacy query task*. When no
 worker polls at once (controller W1 has stopped) and meanwhile the deadline timer fires or a

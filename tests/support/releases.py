@@ -304,8 +304,8 @@ def patch_ids(sources: Mapping[str, str]) -> PatchIds:
 
 def removals_breaking_the_rule(before: PatchIds, after: PatchIds) -> set[str]:
     """Patch ids that ``before`` calls with ``workflow.patched`` and ``after`` no longer
-    calls at all: removed without a release that deprecated them first (README, "Replay and
-    patches")."""
+    calls at all: removed without a release that deprecated them first
+    (docs/architecture.md, "Replay and patches")."""
     return set(before.patched - after.all)
 
 

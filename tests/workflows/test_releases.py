@@ -1,5 +1,5 @@
-"""Patches retire only by the README's rule ("Replay and patches"), and the CHANGELOG names
-each one (issue 18).
+"""Patches retire only by the rule of docs/architecture.md ("Replay and patches"), and the
+CHANGELOG names each one (issue 18).
 
 - Every patch id the code passes to ``workflow.patched`` or ``workflow.deprecate_patch`` is
   named in CHANGELOG.md.
@@ -137,7 +137,7 @@ def test_no_patch_id_left_the_code_without_a_release_that_deprecated_it():
         assert not broken, (
             f"{where} removed patch ids {sorted(broken)} that {before.name} still called with"
             " workflow.patched: deprecate them in one release (workflow.deprecate_patch),"
-            " remove them in a later one (README, 'Replay and patches')"
+            " remove them in a later one (docs/architecture.md, 'Replay and patches')"
         )
 
 

@@ -10,7 +10,7 @@ The histories of each release, ``release-<version>-*.json``, are never regenerat
 what that release's controller wrote, recorded once when the release is the previous one,
 by the upgrade test (``REAPER_RECORD_HISTORIES=1 pytest -m upgrade -k sequential
 tests/e2e/test_upgrade.py``). A release's histories leave only with a patch that the
-README's rule ("Replay and patches") retires.
+rule of docs/architecture.md ("Replay and patches") retires.
 """
 
 from __future__ import annotations
