@@ -67,8 +67,8 @@ async def test_the_repair_resets_the_chaos_history_to_the_bad_tasks_own_completi
     the latest completed workflow task whose prefix replays is event 33, the bad task's own
     completion. A reset to 33 keeps events 1-32 (the two beats included), fails the task
     started at 32 and runs it again on the current code: the stuck-liveness runbook's manual
-    remedy (the ``WorkflowTaskCompleted`` just before the event the replay rejects). Event 38, the next
-    completed task, is not a reset point: its prefix holds event 34."""
+    remedy (the ``WorkflowTaskCompleted`` just before the event the replay rejects). Event 38,
+    the next completed task, is not a reset point: its prefix holds event 34."""
     history = WorkflowHistory.from_json("liveness-w0", HISTORY.read_text())
     replay = replay_check()
     found = await diagnose(history, replay)
