@@ -243,6 +243,39 @@ async def judged_again(
     return time.monotonic(), st
 
 
+async def judged_in_events(
+    pool: asyncpg.Pool, worker: str, floor: int, resume: Callable[[], None]
+) -> tuple[float, str]:
+    """When the controller judged ``worker`` silent (its first state change in
+    ``reaper.events`` above id ``floor``, taken while it was running), on this process's
+    monotonic clock, and the state it judged; ``resume()`` is called LATE_S after that.
+
+    Read from the table, not by querying the liveness: under load a query waits on a
+    workflow task and was answered 1.7 s after the judgement in one run (2026-12-03), so a
+    worker resumed LATE_S after the *answer* beat after its grace had ended. The row's ``at``
+    is its transaction's start, a little after the judgement itself."""
+    row = await eventually(
+        lambda: tolerant(
+            lambda: pool.fetchrow(
+                "SELECT reason, extract(epoch FROM clock_timestamp() - at) AS ago"
+                " FROM reaper.events WHERE id > $1 AND worker = $2 AND action = 'state'"
+                " ORDER BY id LIMIT 1",
+                floor,
+                worker,
+            )
+        ),
+        lambda r: r is not None,
+        timeout=60,
+        poll=0.05,
+        what=f"the restarted controller's judgement of {worker}",
+    )
+    at = time.monotonic() - float(row["ago"])
+    await asyncio.sleep(max(0.0, at + LATE_S - time.monotonic()))
+    resume()
+    # 'running -> stalled', or 'stalled -> lost: ...'
+    return at, str(row["reason"]).split(" -> ", 1)[1].split(":", 1)[0]
+
+
 async def recovered(
     pool: asyncpg.Pool, client: Client, agents: Agents, recovery: dict[str, float]
 ) -> dict[str, float]:
@@ -561,6 +594,7 @@ async def test_controller_down_longer_than_lost_after_reaps_nobody(
     try:
         async with Agents(client, ctl.task_queue, reports) as agents:
             await running_fleet(pool, client, list(reports))
+            floor = await pool.fetchval("SELECT coalesce(max(id), 0) FROM reaper.events")
             if kill_at == "idle":
                 events = await stop_while_idle(ctl, client, agents, late)
                 where = (
@@ -576,10 +610,7 @@ async def test_controller_down_longer_than_lost_after_reaps_nobody(
             # c: silent through the outage; once the restarted controller has judged it
             # (stalled, under the outage grace: never lost), it beats again LATE_S later.
             async def late_returns() -> tuple[float, str]:
-                at, st = await judged_again(client, late, lambda s: s.state != "running")
-                await asyncio.sleep(max(0.0, at + LATE_S - time.monotonic()))
-                agents.resume(late)
-                return at, st.state
+                return await judged_in_events(pool, late, floor, lambda: agents.resume(late))
 
             returning = asyncio.ensure_future(late_returns())
             recovery = {w: (await judged_again(client, w))[0] for w in reports if w != late}
