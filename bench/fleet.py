@@ -78,10 +78,18 @@ class SimFleet:
     """Workers beating every ``interval`` seconds until stopped (or killed one by one)."""
 
     def __init__(
-        self, client: Client, task_queue: str, interval: float, concurrency: int = 64
+        self,
+        client: Client,
+        task_queue: str,
+        interval: float,
+        concurrency: int = 64,
+        workflow: str | None = None,
     ) -> None:
+        """``workflow``: beat a baseline workflow of that name instead of ``WorkerLiveness``
+        (see :func:`send_beat`)."""
         self.client = client
         self.tq = task_queue
+        self.workflow = workflow
         self.interval = interval
         self.workers: dict[str, SimWorker] = {}
         self.sem = asyncio.Semaphore(concurrency)
@@ -135,7 +143,7 @@ class SimFleet:
 
     async def _send(self, w: SimWorker) -> None:
         try:
-            await send_beat(self.client, self.tq, w.name, w.payload())
+            await send_beat(self.client, self.tq, w.name, w.payload(), self.workflow)
             w.last_sent = time.time()
             self.sent += 1
         except Exception as exc:  # counted and shown; an agent keeps going
