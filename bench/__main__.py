@@ -154,6 +154,7 @@ async def measure(
     controller_cache: int | None = None,
     keep: bool = False,
     scale: bool = False,
+    controller_runner: str | None = None,
 ) -> None:
     from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
     from bench import scale as bench_scale
@@ -181,7 +182,7 @@ async def measure(
             if m is not None:
                 run.record(m)
 
-    env = await BenchEnv.start(controller_cache)
+    env = await BenchEnv.start(controller_cache, controller_runner)
     env.keep = keep
     try:
         run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
@@ -278,7 +279,7 @@ async def measure(
     if want(*SCALE) and (run.quick or scale):
         # A stack of its own: the earlier phases leave thousands of workflows on the dev
         # server (1.3 GiB, busy on its own), which cut registration to 3 workers/s.
-        senv = await BenchEnv.start(controller_cache)
+        senv = await BenchEnv.start(controller_cache, controller_runner)
         senv.keep = keep
         try:
             run.progress(f"scale stack up: dev server {senv.address}, Postgres in {senv.root}")
@@ -340,7 +341,11 @@ def write_markdown(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, < 60 s)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (a smoke run, 3 to 4 minutes on 2 shared cores)",
+    )
     p.add_argument(
         "--only",
         metavar="IDS",
@@ -352,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="diagnostic: run the controllers with the SDK's sticky workflow cache "
         "(max_cached_workflows) forced to N instead of worker.py's setting",
+    )
+    p.add_argument(
+        "--controller-runner",
+        choices=["unsandboxed"],
+        help="diagnostic: run the controllers' workflows without the SDK's sandbox "
+        "(UnsandboxedWorkflowRunner) instead of worker.py's runner",
     )
     p.add_argument(
         "--scale",
@@ -389,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.controller_cache,
                 args.keep,
                 args.scale,
+                args.controller_runner,
             )
         )
     except KeyboardInterrupt:

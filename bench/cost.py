@@ -227,6 +227,8 @@ def _server_lines(r: ServerCost, n: ServerCost) -> list[str]:
         f"persistence operations: reaper {r.db:.2f} ({r.top('persistence', 10)}); no-op "
         f"{n.db:.2f} ({n.top('persistence', 10)})",
         f"visibility operations: reaper {r.top('visibility')}; no-op {n.top('visibility')}",
+        f"billable actions (the server's `action` counter): reaper {r.action_count:.2f} "
+        f"({r.top('actions')}); no-op {n.action_count:.2f} ({n.top('actions')})",
     ]
 
 

@@ -39,15 +39,19 @@ from workflows.common import SEARCH_ATTRIBUTES
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench")
 
-CACHE_WRAPPER = (
+WRAPPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); import worker;"
-    " from temporalio.worker import Worker;"
-    " worker.Worker = lambda *a, **k:"
-    " Worker(*a, **{**k, 'max_cached_workflows': int(sys.argv[2])});"
+    " from temporalio.worker import UnsandboxedWorkflowRunner, Worker;"
+    " cache = int(sys.argv[2]);"
+    " worker.Worker = (lambda *a, **k: Worker(*a, **{**k, 'max_cached_workflows': cache}))"
+    " if cache else Worker;"
+    " worker.workflow_runner = UnsandboxedWorkflowRunner if sys.argv[3] == 'unsandboxed'"
+    " else worker.workflow_runner;"
     " sys.exit(worker.main())"
 )
-"""``--controller-cache N`` (a diagnostic, not the default): worker.py with the SDK's sticky
-workflow cache (``max_cached_workflows``) forced to N instead of worker.py's own setting."""
+"""Diagnostics (not the default): worker.py with the SDK's sticky workflow cache
+(``max_cached_workflows``) forced (``--controller-cache N``; 0 keeps worker.py's), or its
+workflows run without the sandbox (``--controller-runner unsandboxed``)."""
 
 
 def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
@@ -155,6 +159,8 @@ class BenchEnv:
     controllers: list[Controller] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     controller_cache: int | None = None
+    controller_runner: str | None = None
+    """``unsandboxed``: the controllers run their workflows without the sandbox (diagnostic)."""
     metrics_port: int = 0
     """The dev server's Prometheus port (``--metrics-port``; bench/server.py reads it)."""
     keep: bool = False
@@ -174,8 +180,14 @@ class BenchEnv:
         return DevServer(self.metrics_port)
 
     @classmethod
-    async def start(cls, controller_cache: int | None = None) -> BenchEnv:
-        env = cls(Path(tempfile.mkdtemp(prefix="reaper-bench-")), controller_cache=controller_cache)
+    async def start(
+        cls, controller_cache: int | None = None, controller_runner: str | None = None
+    ) -> BenchEnv:
+        env = cls(
+            Path(tempfile.mkdtemp(prefix="reaper-bench-")),
+            controller_cache=controller_cache,
+            controller_runner=controller_runner,
+        )
         try:
             with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
                 warnings.simplefilter("ignore")
@@ -246,8 +258,9 @@ class BenchEnv:
         )
         out = open(c.log_path, "ab")  # noqa: SIM115 -- handed to Popen, closed once it has it
         argv = [sys.executable, str(ROOT / "worker.py")]
-        if self.controller_cache is not None:
-            argv = [sys.executable, "-c", CACHE_WRAPPER, str(ROOT), str(self.controller_cache)]
+        if self.controller_cache is not None or self.controller_runner is not None:
+            cache, runner = str(self.controller_cache or 0), self.controller_runner or "default"
+            argv = [sys.executable, "-c", WRAPPER, str(ROOT), cache, runner]
         c.proc = subprocess.Popen(
             argv,
             cwd=self.root,

@@ -11,7 +11,9 @@ exports at ``/metrics`` (parsed by prometheus-client's text parser):
 - ``persistence_requests`` by ``operation``: calls to the server's database
   (``UpdateWorkflowExecution``, ``CreateWorkflowExecution``, ``AppendHistoryNodes`` ...);
 - ``visibility_persistence_latency_count`` by ``operation``: writes to the visibility store
-  (``RecordWorkflowExecutionStarted``, ``UpsertWorkflowExecution``: a search attribute upsert).
+  (``RecordWorkflowExecutionStarted``, ``UpsertWorkflowExecution``: a search attribute upsert);
+- ``action`` by ``action_type``: what Temporal counts as billable actions (the unit of
+  Temporal Cloud's pricing and of its per-namespace rate limit, actions per second).
 
 Two readings make a :class:`ServerCost` (their difference); ``per(n)`` divides it by the
 number of registrations or beats it paid for.
@@ -58,6 +60,8 @@ class Reading:
     """``persistence_requests`` by operation (every service)."""
     visibility: Counter[str]
     """Visibility-store writes and reads by operation."""
+    actions: Counter[str]
+    """Billable actions by ``action_type``."""
 
 
 @dataclass
@@ -69,6 +73,7 @@ class ServerCost:
     rpcs: Counter[tuple[str, str]] = field(default_factory=Counter)
     persistence: Counter[str] = field(default_factory=Counter)
     visibility: Counter[str] = field(default_factory=Counter)
+    actions: Counter[str] = field(default_factory=Counter)
 
     @property
     def frontend(self) -> float:
@@ -91,12 +96,18 @@ class ServerCost:
         verbs = ("Create", "Update", "Append", "Add", "Complete", "Delete", "Range", "Put")
         return sum(v for op, v in self.persistence.items() if op.startswith(verbs))
 
+    @property
+    def action_count(self) -> float:
+        """Billable actions (every ``action_type``)."""
+        return sum(self.actions.values())
+
     def minus(self, other: ServerCost) -> ServerCost:
         return ServerCost(
             self.cpu - other.cpu,
             _sub(self.rpcs, other.rpcs),
             _sub(self.persistence, other.persistence),
             _sub(self.visibility, other.visibility),
+            _sub(self.actions, other.actions),
         )
 
     def scaled(self, k: float) -> ServerCost:
@@ -106,6 +117,7 @@ class ServerCost:
             Counter({key: v * k for key, v in self.rpcs.items()}),
             Counter({key: v * k for key, v in self.persistence.items()}),
             Counter({key: v * k for key, v in self.visibility.items()}),
+            Counter({key: v * k for key, v in self.actions.items()}),
         )
 
     def per(self, n: float) -> ServerCost:
@@ -113,7 +125,7 @@ class ServerCost:
 
     def top(self, what: str, n: int = 8) -> str:
         """The ``n`` largest counts of ``rpcs`` (frontend), ``internal``, ``persistence`` or
-        ``visibility`` as ``Op 1.0, Op 0.5``."""
+        ``visibility`` or ``actions`` as ``Op 1.0, Op 0.5``."""
         if what in ("frontend", "internal"):
             items: dict[str, float] = {}
             for (svc, op), v in self.rpcs.items():
@@ -141,6 +153,7 @@ def cost_between(a: Reading, b: Reading) -> ServerCost:
         _sub(b.rpcs, a.rpcs),
         _sub(b.persistence, a.persistence),
         _sub(b.visibility, a.visibility),
+        _sub(b.actions, a.actions),
     )
 
 
@@ -176,8 +189,12 @@ class DevServer:
         rpcs: Counter[tuple[str, str]] = Counter()
         persistence: Counter[str] = Counter()
         visibility: Counter[str] = Counter()
+        actions: Counter[str] = Counter()
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
+                if s.name in ("action", "action_total"):
+                    actions[s.labels.get("action_type", "")] += s.value
+                    continue
                 op = s.labels.get("operation", "")
                 if op in _HOUSEKEEPING:
                     continue
@@ -187,4 +204,4 @@ class DevServer:
                     persistence[op] += s.value
                 elif s.name == "visibility_persistence_latency_count":
                     visibility[op] += s.value
-        return Reading(cpu, rpcs, persistence, visibility)
+        return Reading(cpu, rpcs, persistence, visibility, actions)
