@@ -163,7 +163,7 @@ def _rates(
 ) -> Metric:
     last = sizes[-1]
     parts, details = [], []
-    prev_r = prev_n = 0
+    prev_r = prev_n = prev_size = 0
     for s in sizes:
         if s not in reached:
             break
@@ -174,11 +174,11 @@ def _rates(
             f"{r_rate:.1f} vs {n_rate:.0f}/s = {r_rate / n_rate if n_rate else 0:.2f} to {s:,}"
         )
         details.append(
-            f"{reached[s] - prev_r:,} workers added at once to {prev_r:,}: reaper registered "
-            f"{reached[s]:,} after {took[s]:.1f} s; {n_got - prev_n:,} BenchNoop ids added at "
-            f"once to {prev_n:,}: the no-op handled {n_got:,} first signals after {n_took:.1f} s"
+            f"{s - prev_size:,} workers added at once to {prev_size:,}: reaper had {reached[s]:,} "
+            f"registered after {took[s]:.1f} s; the same number of BenchNoop ids: the no-op had "
+            f"handled {n_got:,} first signals after {n_took:.1f} s"
         )
-        prev_r, prev_n = reached[s], n_got
+        prev_r, prev_n, prev_size = reached[s], n_got, s
     total = sum(took[s] for s in took)
     ok = reached.get(last, 0) >= last and total <= budget
     value = "; ".join(parts) + f"; {reached.get(last, 0):,} of {last:,} in {total:.0f} s"
