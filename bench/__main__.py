@@ -42,11 +42,11 @@ FULL = dict(
 )
 QUICK = dict(
     writes=dict(workers=20, rows=50, rounds=3, interval=1.0),
-    throughput=dict(workers=30, beats=6, rounds=1),
+    throughput=dict(workers=20, beats=4, rounds=1),
     big=dict(size=10_000, iterations=2),
-    fleet=dict(workers=60, victims=4, hb=2, stall=6, lost=10),
-    memory=dict(sizes=[50, 150], hb=30, budget=30),
-    cost=dict(workers=20, sample=5, scale=0.2),
+    fleet=dict(workers=40, victims=3, hb=2, stall=4, lost=8),
+    memory=dict(sizes=[40, 120], hb=30, budget=30),
+    cost=dict(workers=10, sample=4, scale=0.2),
     scale=dict(workers=60, hb=2, stall=4, lost=8, steady=12, budget=60, silent=3),
 )
 MAIN_TIMINGS = {
