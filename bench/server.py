@@ -91,12 +91,6 @@ class ServerCost:
         return sum(self.persistence.values())
 
     @property
-    def db_writes(self) -> float:
-        """Persistence calls that write: create, update, append, add, complete, delete."""
-        verbs = ("Create", "Update", "Append", "Add", "Complete", "Delete", "Range", "Put")
-        return sum(v for op, v in self.persistence.items() if op.startswith(verbs))
-
-    @property
     def action_count(self) -> float:
         """Billable actions (every ``action_type``)."""
         return sum(self.actions.values())
