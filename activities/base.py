@@ -123,3 +123,13 @@ def per_kind(template: str) -> dict[str, str]:
 def unique(items: Iterable[str]) -> list[str]:
     """Items without repeats, first occurrence order kept."""
     return list(dict.fromkeys(items))
+
+
+def command_count(command_tag: str) -> int:
+    """Rows affected, from an asyncpg command tag such as ``UPDATE 3``."""
+    return int(command_tag.rsplit(" ", 1)[-1])
+
+
+async def column(conn: asyncpg.Connection, statement: str, *args: object) -> list[str]:
+    """The first column of every row a statement returns."""
+    return [r[0] for r in await conn.fetch(statement, *args)]

@@ -10,14 +10,15 @@ untouched.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import asyncpg
 from temporalio import activity
 
 from activities import collection_sql as sql
 from activities import metrics, sealing
-from activities.base import EVENT_KIND, ActivityBase, unique, write_events
+from activities.base import EVENT_KIND, ActivityBase, column, command_count, unique, write_events
+from activities.creating import fail_stuck_creating
 from activities.types import (
     ReconcileInput,
     ReconcileResult,
@@ -122,7 +123,7 @@ class CollectionActivities(ActivityBase):
                 return ReconcileResult(skipped=f"staged report {inp.staged_id} is gone")
             result = ReconcileResult()
             if kind == "tasks" and not dry:
-                result.started = await _column(
+                result.started = await column(
                     conn,
                     sql.START_REPORTED_TASKS,
                     worker,
@@ -134,7 +135,7 @@ class CollectionActivities(ActivityBase):
             # Hash joins while the worker's rows are diffed against the report; index probes
             # (nested loops) again when the report is looked up in the table.
             await conn.execute("SET LOCAL enable_nestloop = off")
-            result.cleared = _count(await conn.execute(store.clear[kind], worker))
+            result.cleared = command_count(await conn.execute(store.clear[kind], worker))
             if inp.also_seen:
                 await conn.execute(store.restart[kind], worker, inp.also_seen, inp.taken_at)
             if inp.restart_all:
@@ -153,8 +154,10 @@ class CollectionActivities(ActivityBase):
                 )
             stuck, creating_due = 0, None
             if kind != "tasks":
-                stuck, creating_due = await self._fail_stuck_creating(conn, inp)
-            cutoff = policy.destroy_cutoff(inp.taken_at, inp.missing_ttl)
+                stuck, creating_due = await fail_stuck_creating(
+                    conn, inp, self.settings.stall_after
+                )
+            cutoff = policy.orphan_cutoff(inp.taken_at, inp.missing_ttl)
             result.status = await kind_status(conn, store, worker, kind, inp.missing_ttl)
             await conn.execute("SET LOCAL enable_nestloop = on")
             unknown = await conn.fetch(sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
@@ -170,10 +173,10 @@ class CollectionActivities(ActivityBase):
             )
             orphans = [r["handle"] for r in unknown]
             pending = await conn.fetchval(sql.NEXT_ORPHAN, worker, kind, cutoff)
-            orphan_due = policy.next_due(pending, inp.missing_ttl)
+            orphan_due = policy.orphan_due(pending, inp.missing_ttl)
             result.status.recheck_due = policy.recheck_at(orphan_due, creating_due)
             if kind == "tasks":
-                reaped = await _column(conn, sql.ORPHANED_TASKS, worker, states.ENDED_TASKS)
+                reaped = await column(conn, sql.ORPHANED_TASKS, worker, states.ENDED_TASKS)
                 await _record_orphans(
                     conn,
                     worker,
@@ -182,7 +185,7 @@ class CollectionActivities(ActivityBase):
                     "reported but reaped (rule 7)",
                 )
                 orphans = sorted({*orphans, *reaped})
-                result.assignments = await _column(
+                result.assignments = await column(
                     conn, sql.ASSIGNMENTS, worker, states.STARTING_TASKS
                 )
             result.status.orphans = orphans
@@ -209,7 +212,7 @@ class CollectionActivities(ActivityBase):
             held = await conn.fetchval(store.held[kind], inp.worker, markable)
         try:
             async with conn.transaction():  # a savepoint
-                marked = await _column(conn, store.mark[kind], inp.worker, inp.taken_at, markable)
+                marked = await column(conn, store.mark[kind], inp.worker, inp.taken_at, markable)
                 if policy.mass_drop_held(
                     len(marked), held, inp.max_drop_fraction, inp.suspect_min_handles, inp.confirmed
                 ):
@@ -219,45 +222,6 @@ class CollectionActivities(ActivityBase):
             return []
         result.marked = len(marked)
         return marked
-
-    async def _fail_stuck_creating(
-        self, conn: asyncpg.Connection, inp: ReconcileInput
-    ) -> tuple[int, datetime | None]:
-        """Fail and collect the rows still being created ``CREATING_TIMEOUT`` after they
-        entered that state (their creator crashed; Concourse fails such containers too):
-        deleted, one ``destroyed`` event each (reason ``creating-timeout``), except in full
-        disruption (rule 6).
-
-        Returns:
-            How many were collected, and when the next one falls due (UTC), if any: the
-            oldest row still being created times out then; rows a full disruption held are
-            looked at again ``STALL_AFTER`` later (as a refused destroy is).
-        """
-        cutoff = inp.taken_at - timedelta(seconds=inp.creating_timeout)
-        held = await conn.fetchval(sql.FLEET_STATE) == "full"
-        stuck: list[str] = []
-        if not held:
-            statement = (sql.WOULD_FAIL_STUCK_CREATING if inp.dry_run else sql.FAIL_STUCK_CREATING)[
-                inp.kind
-            ]
-            stuck = await _column(conn, statement, inp.worker, cutoff, states.BEING_CREATED)
-        row = await conn.fetchrow(sql.CREATING[inp.kind], inp.worker, states.BEING_CREATED, cutoff)
-        due = policy.creating_due(row["upcoming"], inp.creating_timeout)
-        if held and row["overdue"]:
-            due = policy.recheck_at(
-                due, inp.taken_at + timedelta(seconds=self.settings.stall_after)
-            )
-        await write_events(
-            conn,
-            inp.worker,
-            EVENT_KIND[inp.kind],
-            "destroyed",
-            stuck,
-            "creating-timeout",
-            dry_run=inp.dry_run,
-            dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
-        )
-        return len(stuck), due
 
 
 async def _record_orphans(
@@ -287,16 +251,6 @@ async def _record_orphans(
         )
 
 
-def _count(command_tag: str) -> int:
-    """Rows affected, from an asyncpg command tag such as ``UPDATE 3``."""
-    return int(command_tag.rsplit(" ", 1)[-1])
-
-
-async def _column(conn: asyncpg.Connection, statement: str, *args: object) -> list[str]:
-    """The first column of every row a statement returns."""
-    return [r[0] for r in await conn.fetch(statement, *args)]
-
-
 async def kind_status(
     conn: asyncpg.Connection, store: sql.MarkStore, worker: str, kind: str, ttl: float
 ) -> KindStatus:
@@ -304,4 +258,4 @@ async def kind_status(
     a dry run's marks), and when the oldest mark falls due after ``ttl`` seconds."""
     row = await conn.fetchrow(store.status[kind], worker)
     oldest: datetime | None = row["oldest"]
-    return KindStatus(missing=row["n"], next_due=policy.next_due(oldest, ttl))
+    return KindStatus(missing=row["n"], next_due=policy.next_due(kind, oldest, ttl))

@@ -44,7 +44,7 @@ class DestroyActivities(ActivityBase):
         if unsealed is None and r is not None:
             if inp.missing_ttl < self.settings.missing_ttl:
                 unsealed = f"MISSING_TTL {inp.missing_ttl:g}s is below the controller's"
-            elif inp.cutoff > policy.destroy_cutoff(r.taken_at, inp.missing_ttl):
+            elif inp.cutoff > policy.destroy_cutoff(kind, r.taken_at, inp.missing_ttl):
                 unsealed = "cutoff later than the report's taken_at - MISSING_TTL"
         if unsealed is not None:
             log.warning("destroy for %s %s refused: %s", inp.worker, kind, unsealed)

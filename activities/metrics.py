@@ -1,5 +1,5 @@
 """This controller's counters and histograms (CONTRACT.md §5.4), in prometheus-client's
-default registry; ``activities.metrics_endpoint`` serves them with the fleet's gauges.
+default registry; ``reaper.infra.metrics_endpoint`` serves them with the fleet's gauges.
 
 Counters count what this process did: a destroy or a reap is counted after its transaction
 committed, by the rows it changed (a retried activity that finds nothing left counts 0), and

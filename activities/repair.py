@@ -72,15 +72,9 @@ async def find_suspects(
             heartbeat is older are suspect.
         retire_by: ``policy.repair.retire_cutoff`` (UTC): lost rows lost since before it are.
     """
-    rows = await db.fetch(
-        SUSPECTS,
-        sorted(policy.REPAIRABLE_STATES),
-        cutoff,
-        limit,
-        retire_by,
-        WorkerState.lost.value,
-    )
-    return [r["name"] for r in rows]
+    states = sorted(policy.REPAIRABLE_STATES)
+    lost = WorkerState.lost.value
+    return [r["name"] for r in await db.fetch(SUSPECTS, states, cutoff, limit, retire_by, lost)]
 
 
 BATCH = 10

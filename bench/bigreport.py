@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 import asyncpg
 
 from activities import ReaperActivities, sealing
-from activities.db import migrate
 from activities.types import ReconcileInput, SealedReport
 from bench.env import BenchEnv
 from bench.result import Metric, verdict
 from reaper.core.config import Settings
 from reaper.core.protocol import report_digest
+from reaper.infra.db import migrate
 
 WORKER = "big-1"
 ANTI_JOIN = (
@@ -84,6 +84,7 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
     )
     try:
         await migrate(pool)
+        await sealing.load_secret(pool)
         ids = container_ids(size + changed)
         rows, report = ids[:size], ids[changed:]
         await seed(pool, WORKER, rows)

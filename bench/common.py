@@ -10,9 +10,8 @@ from typing import TypeVar
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from reaper.core.contract import StateView
-from workflows.common import collector_id, liveness_id
-from workflows.liveness import WorkerLiveness
+from reaper.kit.agents import query_state
+from workflows.common import collector_id
 
 T = TypeVar("T")
 
@@ -26,12 +25,6 @@ async def gather_limited(coros: Iterable[Awaitable[T]], limit: int = 32) -> list
             return await c
 
     return await asyncio.gather(*(one(c) for c in coros))
-
-
-async def query_state(client: Client, worker: str) -> StateView:
-    return await client.get_workflow_handle(liveness_id(worker)).query(
-        WorkerLiveness.state, result_type=StateView
-    )
 
 
 async def wait_until(

@@ -33,9 +33,10 @@ import asyncpg
 from bench import anatomy
 from bench.common import fmt_bytes, gather_limited, wait_until
 from bench.env import BenchEnv, Controller, NoopWorker
-from bench.fleet import SimFleet, SimWorker, send_beat
 from bench.result import Metric, verdict
-from bench.server import DevServer, ServerCost, cost_between
+from bench.server import ServerCost, ServerMeter, cost_between
+from reaper.kit.agents import SimAgent, send_heartbeat
+from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
 NOOP = "BenchNoop"
@@ -78,7 +79,7 @@ class Probe:
     idle rates measured by :meth:`idle` (the server's own, and the controller's fleet
     monitor once the controller runs: a cost per cluster, not per worker)."""
 
-    def __init__(self, server: DevServer, noop: NoopWorker) -> None:
+    def __init__(self, server: ServerMeter, noop: NoopWorker) -> None:
         self.server, self.noop = server, noop
         self.ctl: Controller | None = None
         self.idle_server = ServerCost()
@@ -106,7 +107,7 @@ class Probe:
 
 
 async def _register(
-    env: BenchEnv, probe: Probe, pool: asyncpg.Pool | None, sims: list[SimWorker], reaper: bool
+    env: BenchEnv, probe: Probe, pool: asyncpg.Pool | None, sims: list[SimAgent], reaper: bool
 ) -> tuple[ServerCost, float, float]:
     """Send every worker's first beat (64 in flight) and wait until all are registered."""
     client, n = env.client, len(sims)
@@ -114,7 +115,8 @@ async def _register(
     base = 0.0 if reaper else await asyncio.to_thread(probe.noop.handled)
     began = await probe.start()
     await gather_limited(
-        (send_beat(client, tq, w.name, w.payload(), None if reaper else NOOP) for w in sims), 64
+        (send_heartbeat(client, tq, w.payload(), workflow=None if reaper else NOOP) for w in sims),
+        64,
     )
     if pool is not None:
 
@@ -135,12 +137,12 @@ async def _register(
 
 
 async def _steady(
-    env: BenchEnv, probe: Probe, sims: list[SimWorker], hb: float, seconds: float, reaper: bool
+    env: BenchEnv, probe: Probe, sims: list[SimAgent], hb: float, seconds: float, reaper: bool
 ) -> tuple[ServerCost, float, int, float, float]:
     """The workers beat every ``hb`` s; after one interval, a window of ``seconds``.
     Returns (server cost per beat, worker CPU per beat, beats, window start, end (wall))."""
     tq = probe.ctl.task_queue if probe.ctl is not None else probe.noop.task_queue
-    fleet = SimFleet(env.client, tq, hb, workflow=None if reaper else NOOP)
+    fleet = SimFleet(env.client, tq, hb, overlap=True, workflow=None if reaper else NOOP)
     fleet.add(sims, spread=hb)
     fleet.start()
     try:
@@ -173,14 +175,14 @@ async def run(
     try:
         for reaper in (False, True):
             if reaper:
-                noop.proc.terminate()
+                noop.stop()
                 ctl = probe.ctl = await env.start_controller("cost", timings)
                 progress(f"controller 'cost' pid {ctl.pid} ({ctl.timings})")
                 pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
             await asyncio.sleep(1.0)
             await probe.idle(2 * hb)
             side = "reaper" if reaper else "no-op"
-            sims = [SimWorker(f"cost-{'r' if reaper else 'n'}-{i:04d}") for i in range(workers)]
+            sims = [SimAgent(f"cost-{'r' if reaper else 'n'}-{i:04d}") for i in range(workers)]
             server, cpu, took = await _register(env, probe, pool, sims, reaper)
             progress(f"  cost: {workers} {side} registrations in {took:.1f} s")
             ids = [liveness_id(w.name) if reaper else f"{NOOP}-{w.name}" for w in sims[:sample]]

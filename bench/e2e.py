@@ -21,9 +21,9 @@ from temporalio.client import Client
 from bench.bigreport import container_ids
 from bench.common import query_state, wait_settled, wait_until
 from bench.env import Controller
-from bench.fleet import send_beat
 from bench.result import Metric, verdict
 from reaper.core.protocol import payload_bytes
+from reaper.kit.agents import send_heartbeat
 
 KINDS_EMPTY = {"volumes": [], "tasks": []}
 
@@ -44,12 +44,12 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
         async def send_all(beats: list[dict]) -> float:
             t = time.monotonic()
             for b in beats:  # in order, one call at a time, as the agent does
-                await send_beat(client, ctl.task_queue, worker, b)
+                await send_heartbeat(client, ctl.task_queue, b, worker=worker)
             return time.monotonic() - t
 
         # Register the worker (liveness only), then its rows appear in the database.
-        await send_beat(
-            client, ctl.task_queue, worker, {"worker": worker, "boot_id": boot, "seq": seq}
+        await send_heartbeat(
+            client, ctl.task_queue, {"worker": worker, "boot_id": boot, "seq": seq}
         )
         seq += 1
         await wait_until(lambda: _registered(pool, worker), 60, f"{worker} registered")
@@ -245,7 +245,7 @@ async def _plain(client: Client, tq: str, handles: list[str]) -> str:
     }
     t = time.monotonic()
     try:
-        await asyncio.wait_for(send_beat(client, tq, name, payload), 60)
+        await asyncio.wait_for(send_heartbeat(client, tq, payload, worker=name), 60)
     except Exception as exc:
         text = (str(exc).splitlines() or [type(exc).__name__])[0]
         return f"refused ({payload_bytes(handles) / 1e6:.1f} MB): {text[:160]}"

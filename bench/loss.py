@@ -26,9 +26,9 @@ from temporalio.client import Client
 
 from bench.common import wait_until
 from bench.env import Controller, NoopWorker
-from bench.fleet import SimFleet
 from bench.history import quantile, task_latencies, timeline, timer_lateness
-from bench.throughput import cpu, temporal_processes
+from bench.server import cpu, temporal_processes
+from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
 SDK_WAIT = "temporal_workflow_task_schedule_to_start_latency"
@@ -112,7 +112,7 @@ async def kill_and_judge(
     """Stop the beats of ``tasks``' workers (victim -> its task) at once and measure."""
     doomed = list(tasks)
     loss = Loss(doomed, lost_after, lost_after + min(60.0, 3 * lost_after))
-    dead = [n for n, w in fleet.workers.items() if not w.alive or n in tasks]
+    dead = [n for n, w in fleet.agents.items() if not w.alive or n in tasks]
     loss.stalled_before = await pool.fetchval(
         "SELECT count(*) FROM reaper.events WHERE action = 'state'"
         " AND reason LIKE '%-> stalled%' AND NOT worker = ANY($1::text[])",
@@ -147,7 +147,7 @@ async def kill_and_judge(
     loss.sdk_p99 = bucket_quantile(s0, s1, 0.99)
     loss.sdk_max = bucket_quantile(s0, s1, 1.0)[0]
     await asyncio.sleep(0.5)
-    last = {n: fleet.workers[n].last_sent for n in doomed}
+    last = {n: fleet.agents[n].last_sent for n in doomed}
     lost_rows = await pool.fetch(
         "SELECT worker, min(extract(epoch FROM at)) AS at FROM reaper.events"
         " WHERE action = 'state' AND reason LIKE '%-> lost%' AND worker = ANY($1::text[])"

@@ -27,10 +27,11 @@ import asyncpg
 
 from bench.common import fmt_bytes
 from bench.env import BenchEnv, Controller, NoopWorker
-from bench.fleet import SimFleet, SimWorker
 from bench.result import Metric, verdict
-from bench.throughput import cpu as cpu_of
-from bench.throughput import temporal_processes
+from bench.server import cpu as cpu_of
+from bench.server import temporal_processes
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 NOOP = "BenchNoop"
 
@@ -47,7 +48,7 @@ async def sample_rss(ctl: Controller, seconds: float) -> int:
 async def grow(
     fleet: SimFleet,
     registered,
-    sims: list[SimWorker],
+    sims: list[SimAgent],
     want: int,
     deadline: float,
     progress,
@@ -75,13 +76,13 @@ async def noop_rates(
     """The no-op fleet grown like reaper's: ``{size: (registered, seconds)}``."""
     noop: NoopWorker = env.start_noop_worker(f"bench-reg-noop-{uuid.uuid4().hex[:6]}")
     await env.wait_noop(noop)
-    fleet = SimFleet(env.client, noop.task_queue, interval, workflow=NOOP)
+    fleet = SimFleet(env.client, noop.task_queue, interval, overlap=True, workflow=NOOP)
     out: dict[int, tuple[int, float]] = {}
 
     async def registered() -> int:
         return int(await asyncio.to_thread(noop.handled, True))
 
-    sims = [SimWorker(f"reg-{i:05d}") for i in range(max(sizes))]
+    sims = [SimAgent(f"reg-{i:05d}") for i in range(max(sizes))]
     fleet.start()
     try:
         done = 0
@@ -95,7 +96,7 @@ async def noop_rates(
                 break
     finally:
         await fleet.stop()
-        noop.proc.terminate()
+        noop.stop()
     return out
 
 
@@ -111,7 +112,7 @@ async def run(
     client = env.client
     base = await noop_rates(env, sizes, interval, budget, progress)
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(client, ctl.task_queue, interval)
+    fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     idle = await sample_rss(ctl, 1.0)
     rss: dict[int, int] = {}
     reached: dict[int, int] = {}
@@ -128,7 +129,7 @@ async def run(
         )
 
     try:
-        sims = [SimWorker(f"mem-{i:05d}") for i in range(max(sizes))]
+        sims = [SimAgent(f"mem-{i:05d}") for i in range(max(sizes))]
         fleet.start()
         done = 0
         for k, size in enumerate(sizes):

@@ -24,8 +24,9 @@ import asyncpg
 
 from bench.common import fmt_bytes
 from bench.env import BenchEnv, Controller, timings
-from bench.fleet import SimFleet, SimWorker
 from bench.result import Metric, verdict
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
 
 GIB = 2**30
 
@@ -83,8 +84,8 @@ async def run(
     b = await env.start_controller("scale-b", a.timings, replica_of=a)
     progress(f"controllers 'scale-a' pid {a.pid} and 'scale-b' pid {b.pid} ({a.timings})")
     pool = await asyncpg.create_pool(a.db_url, min_size=1, max_size=2)
-    fleet = SimFleet(env.client, a.task_queue, hb, concurrency=128)
-    sims = [SimWorker(f"scale-{i:05d}") for i in range(workers)]
+    fleet = SimFleet(env.client, a.task_queue, hb, concurrency=128, overlap=True)
+    sims = [SimAgent(f"scale-{i:05d}") for i in range(workers)]
     try:
         with Sampler([a, b]) as rss:
             fleet.start()

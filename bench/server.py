@@ -1,8 +1,8 @@
 """What the Temporal dev server spends: its CPU time (psutil) and its own Prometheus counters.
 
-The bench starts the dev server with ``--metrics-port`` (bench/env.py); :class:`DevServer`
-reads, at any moment, the CPU seconds of the ``temporal`` process and the counters it
-exports at ``/metrics`` (parsed by prometheus-client's text parser):
+The bench starts the dev server with ``--metrics-port`` (bench/env.py);
+:class:`ServerMeter` reads, at any moment, the CPU seconds of the ``temporal`` process and
+the counters it exports at ``/metrics`` (parsed by prometheus-client's text parser):
 
 - ``service_requests`` by ``service_name`` and ``operation``: the gRPC calls served by the
   frontend (what clients and workers call: ``SignalWithStartWorkflowExecution``,
@@ -62,6 +62,10 @@ class Reading:
     """Visibility-store writes and reads by operation."""
     actions: Counter[str]
     """Billable actions by ``action_type``."""
+
+    def totals(self) -> ServerCost:
+        """Everything the server did since it started, as a :class:`ServerCost`."""
+        return ServerCost(self.cpu, self.rpcs, self.persistence, self.visibility, self.actions)
 
 
 @dataclass
@@ -142,34 +146,37 @@ def _sub(a: Counter, b: Counter) -> Counter:
 
 def cost_between(a: Reading, b: Reading) -> ServerCost:
     """What the server did from reading ``a`` to reading ``b``."""
-    return ServerCost(
-        b.cpu - a.cpu,
-        _sub(b.rpcs, a.rpcs),
-        _sub(b.persistence, a.persistence),
-        _sub(b.visibility, a.visibility),
-        _sub(b.actions, a.actions),
-    )
+    return b.totals().minus(a.totals())
 
 
-class DevServer:
-    """The bench's dev server: its process (found among this process's children by name)
-    and its metrics endpoint ``http://127.0.0.1:{metrics_port}/metrics``."""
+def temporal_processes() -> list[psutil.Process]:
+    """The dev servers among this process's children (by name, ``temporal``)."""
+    return [p for p in psutil.Process().children(recursive=True) if p.name() == "temporal"]
+
+
+def cpu(procs: list[psutil.Process]) -> float:
+    """CPU seconds (user + system) of ``procs`` so far; one that exited counts 0."""
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+class ServerMeter:
+    """The bench's dev server: its process (:func:`temporal_processes`) and its metrics
+    endpoint ``http://127.0.0.1:{metrics_port}/metrics``."""
 
     def __init__(self, metrics_port: int) -> None:
         self.metrics_port = metrics_port
-        self.procs = [
-            p for p in psutil.Process().children(recursive=True) if p.name() == "temporal"
-        ]
+        self.procs = temporal_processes()
 
     def cpu(self) -> float:
-        total = 0.0
-        for p in self.procs:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.Error:
-                pass
-        return total
+        """Its CPU seconds (user + system) so far."""
+        return cpu(self.procs)
 
     def _scrape(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"

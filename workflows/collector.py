@@ -58,12 +58,7 @@ class HandleCollector:
 
     @workflow.init
     def __init__(self, *args: Any) -> None:
-        self.start = front_door.parse(
-            CollectorInput.model_validate,
-            front_door.first(args, "start input"),
-            "start input",
-            "malformed-start",
-        )
+        self.start = front_door.start_input(CollectorInput.model_validate, args)
         """``None`` when the start input did not parse: ``run`` then ends at once (its
         liveness starts a new collector when its next report finds this one gone)."""
         self.gc = (self.start.carried if self.start else None) or CollectorState()
@@ -269,7 +264,7 @@ class HandleCollector:
             DestroyInput(
                 worker=worker,
                 kind=r.kind,
-                cutoff=policy.destroy_cutoff(r.taken_at, t.missing_ttl),
+                cutoff=policy.destroy_cutoff(r.kind, r.taken_at, t.missing_ttl),
                 missing_ttl=t.missing_ttl,
                 dry_run=t.dry_run,
                 report=SealedReport.of(r),

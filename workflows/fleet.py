@@ -83,12 +83,7 @@ class FleetMonitor:
     @workflow.init
     def __init__(self, *args: Any) -> None:
         self.view: FleetView | None = None
-        self.timings = front_door.parse(
-            Timings.model_validate,
-            front_door.first(args, "start input"),
-            "start input",
-            "malformed-start",
-        )
+        self.timings = front_door.start_input(Timings.model_validate, args)
         """The controller's timings; ``None`` if the start input did not parse (``run`` then
         reads the settings of the controller that runs it)."""
 

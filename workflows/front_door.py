@@ -84,6 +84,12 @@ def parse(validate: Callable[[Any], T], raw: Any, what: str, why: str = "malform
         return None
 
 
+def start_input(validate: Callable[[Any], T], args: Sequence[Any]) -> T | None:
+    """A workflow's start input: ``validate`` of its first argument, or ``None`` when it
+    does not parse (logged and counted as ``malformed-start``)."""
+    return parse(validate, first(args, "start input"), "start input", "malformed-start")
+
+
 def unknown_signal(name: str, count: int) -> None:
     """A signal no handler of this workflow knows: ignored, logged, counted."""
     shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN] + "…"

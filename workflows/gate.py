@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
 
     from activities import ReaperActivities
     from reaper.core import signing
-    from reaper.core.models import LivenessState
+    from reaper.core.liveness_state import LivenessState
     from reaper.core.policy import auth
     from reaper.core.policy.auth import AuthMode, Signer
 

@@ -18,13 +18,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 with workflow.unsafe.imports_passed_through():
     from activities import sealing
     from reaper.core.contract import KINDS, Heartbeat
-    from reaper.core.models import (
-        CollectorInput,
-        LivenessState,
-        QueuedChunk,
-        Report,
-        supersede,
-    )
+    from reaper.core.liveness_state import LivenessState, QueuedChunk
+    from reaper.core.models import CollectorInput, Report, supersede
     from reaper.core.policy.collection import should_forward
     from reaper.core.protocol import payload_bytes, report_digest
     from workflows.collector import HandleCollector

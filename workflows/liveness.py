@@ -20,20 +20,14 @@ with workflow.unsafe.imports_passed_through():
 
     from reaper.core.contract import (
         KINDS,
-        LIVENESS_PREFIX,
         Heartbeat,
         ReasonInput,
         StateView,
         WorkerState,
         liveness_id,
     )
-    from reaper.core.models import (
-        DrainRequest,
-        GcStatusInput,
-        LivenessInput,
-        LivenessState,
-        RunFeatures,
-    )
+    from reaper.core.liveness_state import DrainRequest, LivenessInput, LivenessState, RunFeatures
+    from reaper.core.models import GcStatusInput
     from reaper.core.policy import liveness_machine as machine
     from workflows import front_door
     from workflows.clock import DeadlineTimer
@@ -41,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
-    from workflows.run_start import begin_run
+    from workflows.run_start import begin_run, start_input
     from workflows.view import state_view
 
 
@@ -252,7 +246,7 @@ class WorkerLiveness:
                 f"{live.state.value}: next liveness deadline",
             )
             if fired is not None:
-                for note in machine.deadline_passed(live, fired, workflow.now()).notes:
+                for note in machine.deadline_passed(live, fired, workflow.now()):
                     workflow.logger.warning("%s: %s", live.worker, note)
 
     def _has_work(self) -> bool:
@@ -292,15 +286,3 @@ class WorkerLiveness:
         except ValidationError as exc:
             self._reject(f"{what}: {front_door.why_invalid(exc)}")
             return None
-
-
-def start_input(args: Sequence[Any]) -> LivenessInput:
-    """The start input ``{"worker": name}`` (CONTRACT.md §2), or the carried state of a
-    continue-as-new. One that does not parse is ignored (logged, counted): the worker is then
-    the one this workflow's id names, ``liveness-{worker}``, so a bad start never wedges a
-    worker's liveness (a run whose id names no worker ends at once)."""
-    raw = front_door.first(args, "start input")
-    inp = front_door.parse(LivenessInput.model_validate, raw, "start input", "malformed-start")
-    if inp is not None:
-        return inp
-    return LivenessInput(worker=front_door.worker_from_id(LIVENESS_PREFIX) or "")

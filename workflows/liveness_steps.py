@@ -19,7 +19,8 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import DrainChange, HeartbeatRefresh, PinRequest, WorkerStateChange
     from reaper.core.contract import WorkerState
-    from reaper.core.models import LivenessState, Timings
+    from reaper.core.liveness_state import LivenessState
+    from reaper.core.models import Timings
     from reaper.core.policy import liveness_machine as machine
     from reaper.core.policy.liveness_machine import Step
     from workflows.common import ACTIVITY_TIMEOUT, RETRY, run_activity

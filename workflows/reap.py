@@ -19,7 +19,8 @@ from temporalio.exceptions import ChildWorkflowError, WorkflowAlreadyStartedErro
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import ReapRequest
-    from reaper.core.models import LivenessState, ReapInput, ReapResult
+    from reaper.core.liveness_state import LivenessState
+    from reaper.core.models import ReapInput, ReapResult
     from reaper.core.policy.fleet import FleetState
     from workflows import front_door
     from workflows.common import reap_id, run_activity, tell_placed
@@ -38,12 +39,7 @@ class WorkerReap:
     async def run(self, *args: Any) -> ReapResult:
         """Reap; ``args``: one ``ReapInput``. An input that does not parse reaps nothing
         (refused ``malformed input``; logged, counted)."""
-        inp = front_door.parse(
-            ReapInput.model_validate,
-            front_door.first(args, "start input"),
-            "start input",
-            "malformed-start",
-        )
+        inp = front_door.start_input(ReapInput.model_validate, args)
         if inp is None:
             return ReapResult(refused="malformed input")
         result: ReapResult = await run_activity(

@@ -11,7 +11,8 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import RetireRequest, WorkerRecord
     from reaper.core.contract import WorkerState
-    from reaper.core.models import LivenessState, Timings
+    from reaper.core.liveness_state import LivenessState
+    from reaper.core.models import Timings
     from workflows.common import collector_id, run_activity, signal_quietly, tell_placed
 
 

@@ -13,14 +13,18 @@ signals.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import BeginRun, WorkerRecord
-    from reaper.core.models import LivenessState, RunFeatures
+    from reaper.core.contract import LIVENESS_PREFIX
+    from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
+    from workflows import front_door
     from workflows.common import CHANGE_FEED, run_activity
     from workflows.gate import Gate
 
@@ -72,3 +76,14 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     live.timings = start.timings
     gate.use_pin(start.agent_key)
     return start.record
+
+
+def start_input(args: Sequence[Any]) -> LivenessInput:
+    """The start input ``{"worker": name}`` (CONTRACT.md §2), or the carried state of a
+    continue-as-new. One that does not parse is ignored (logged, counted): the worker is then
+    the one this workflow's id names, ``liveness-{worker}``, so a bad start never wedges a
+    worker's liveness (a run whose id names no worker ends at once)."""
+    inp = front_door.start_input(LivenessInput.model_validate, args)
+    if inp is not None:
+        return inp
+    return LivenessInput(worker=front_door.worker_from_id(LIVENESS_PREFIX) or "")

@@ -17,7 +17,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import StageChunk
-    from reaper.core.models import LivenessState, QueuedChunk, Report, Staging
+    from reaper.core.liveness_state import LivenessState, QueuedChunk, Staging
+    from reaper.core.models import Report
     from reaper.core.protocol import chunk_handles
     from workflows.common import run_activity, start_activity
 

@@ -15,7 +15,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import KINDS, StateView
-    from reaper.core.models import CollectorState, LivenessState, Timings
+    from reaper.core.liveness_state import LivenessState
+    from reaper.core.models import CollectorState, Timings
     from reaper.core.policy.liveness_machine import shown_values
     from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, collector_id
 

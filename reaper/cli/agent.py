@@ -4,21 +4,27 @@ It depends on the public contract only (:mod:`reaper.core.contract`,
 :mod:`reaper.core.protocol`) and the Temporal client: no workflow code, no database. How it
 connects is in :mod:`reaper.cli.agent_connection` (``client_factory`` is re-exported here).
 
-Its local state is a directory with three subdirectories, ``containers``, ``volumes`` and
-``tasks``; each entry's name is a handle (names starting with ``.`` are ignored, so a tool can
-write ``.tmp`` files and rename them). Every heartbeat interval it:
+What the host holds is its runtime's (:mod:`reaper.cli.runtimes`): by default a directory
+with ``containers/``, ``volumes/`` and ``tasks/`` whose entries are handles
+(:mod:`reaper.cli.runtimes.directory`), or the labelled containers and volumes of a Docker
+Engine API (:mod:`reaper.cli.runtimes.docker`). Every heartbeat interval the agent:
 
-1. sends a ``heartbeat`` by signal-with-start on ``liveness-{worker}`` with a fresh ``boot_id``
-   per process start, ``seq`` from 0 strictly increasing, and the COMPLETE lists of entries;
-2. queries ``state`` and applies it: each id in ``assignments`` becomes ``tasks/<id>`` (the
-   task is started), each handle in ``orphans_by_kind`` (or, from an older controller,
-   ``orphans``) is
-   removed from its kind's directory.
+1. takes the runtime's inventory and sends a ``heartbeat`` by signal-with-start on
+   ``liveness-{worker}`` with a fresh ``boot_id`` per process start, ``seq`` from 0 strictly
+   increasing, and the COMPLETE lists; a list the runtime could not read goes as ``null``
+   (liveness only: CONTRACT.md §2), never as ``[]``;
+2. queries ``state`` and applies it in the background (a slow engine never delays the next
+   beat): each id in ``assignments`` is started, each handle in ``orphans_by_kind`` (or,
+   from an older controller, ``orphans``) removed. Nothing is applied on a beat whose
+   inventory was incomplete (the engine is not answering).
 
 Temporal being unreachable is logged and retried at the next interval; the agent never exits
 on its own. A stop is a restart (nothing is reaped) unless ``retire_on_stop`` is set: then,
 when it stops, it signals ``retire`` to its liveness (CONTRACT.md §5.1), for a host that is
 being removed for good.
+
+With a ``key`` (CONTRACT.md §5.2) its beats and its ``retire`` are signed, so it is heard in
+``REAPER_AGENT_AUTH=required`` mode; a rejection of its beats is logged once per reason.
 """
 
 from __future__ import annotations
@@ -26,57 +32,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 import uuid
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import cast
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from reaper.cli.agent_connection import ClientFactory, client_factory, short_error
+from reaper.cli.agent_metrics import AgentMetrics
+from reaper.cli.agent_retire import RETIRE_DEADLINE_S, RETIRE_ON_STOP_REASON, send_retire
+from reaper.cli.runtimes import Inventory, Runtime
+from reaper.cli.runtimes.directory import DirectoryRuntime, list_entries, remove_entry
 from reaper.core.contract import (
     HEARTBEAT_SIGNAL,
     KINDS,
     LIVENESS_WORKFLOW,
-    RETIRE_SIGNAL,
     STATE_QUERY,
     StateView,
     liveness_id,
 )
 from reaper.core.protocol import build_beats
+from reaper.core.signing import sign_heartbeat
 
-__all__ = ["Agent", "ClientFactory", "client_factory", "list_entries", "remove_entry"]
+__all__ = [
+    "Agent",
+    "AgentMetrics",
+    "ClientFactory",
+    "client_factory",
+    "list_entries",
+    "remove_entry",
+]
 
 log = logging.getLogger("reaper.agent")
-
-RETIRE_ON_STOP_REASON = "agent stopped with --retire-on-stop"
-"""The ``reason`` of the ``retire`` an agent sends when it stops with ``retire_on_stop``."""
-RETIRE_DEADLINE_S = 10.0
-"""How long a stopping agent keeps trying to deliver its ``retire``, in seconds."""
-
-
-def list_entries(directory: Path) -> list[str]:
-    """Names of the entries of ``directory`` (dot-files excluded), sorted."""
-    try:
-        return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
-    except FileNotFoundError:
-        return []
-
-
-def remove_entry(path: Path) -> bool:
-    """Remove a file or a directory tree; True if something was removed."""
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-        return True
-    except FileNotFoundError:
-        return False
 
 
 @dataclass
@@ -85,19 +77,27 @@ class Agent:
 
     Args:
         worker: the worker's name (1-253 characters of ``[A-Za-z0-9._:-]``).
-        state_dir: directory holding ``containers/``, ``volumes/`` and ``tasks/``.
         task_queue: the controller's task queue (signal-with-start starts the workflow there).
         interval: seconds between heartbeats (``REAPER_HEARTBEAT_INTERVAL``).
         client_factory: returns a connected Temporal client; called again after a failure.
+        state_dir: the ``directory`` runtime's directory (``containers/``, ``volumes/``,
+            ``tasks/``); used when no ``runtime`` is given.
+        runtime: where the host's handles live (default: a :class:`DirectoryRuntime`).
         retire_on_stop: when :meth:`run` ends, signal ``retire`` (the host leaves for good).
+        key: the agent's Ed25519 private key: beats and the ``retire`` are signed with it
+            (CONTRACT.md §5.2); ``None`` sends them unsigned (v1, ``pin`` and ``off`` modes).
+        metrics: the agent's Prometheus series (:mod:`reaper.cli.agent_metrics`).
     """
 
     worker: str
-    state_dir: Path
     task_queue: str
     interval: float
     client_factory: ClientFactory
+    state_dir: Path | None = None
+    runtime: Runtime | None = None
     retire_on_stop: bool = False
+    key: Ed25519PrivateKey | None = None
+    metrics: AgentMetrics = field(default_factory=AgentMetrics)
     boot_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     seq: int = 0
     beats_sent: int = 0
@@ -106,36 +106,63 @@ class Agent:
     _client: Client | None = None
     _failing: str | None = None
     _last_state: tuple[str, bool] | None = None
+    _last_rejection: str | None = None
+    _actions: asyncio.Task[tuple[list[str], list[str]]] | None = None
 
     def __post_init__(self) -> None:
-        self.state_dir = Path(self.state_dir)
-        for kind in KINDS:
-            (self.state_dir / kind).mkdir(parents=True, exist_ok=True)
+        if self.runtime is None:
+            if self.state_dir is None:
+                raise ValueError("an Agent needs a runtime or a state_dir")
+            self.state_dir = Path(self.state_dir)
+            self.runtime = DirectoryRuntime(self.state_dir)
 
-    def snapshot(self) -> dict[str, list[str]]:
-        """The complete lists of handles held now, per kind."""
-        return {kind: list_entries(self.state_dir / kind) for kind in KINDS}
+    @property
+    def host(self) -> Runtime:
+        """The runtime in use (``runtime``, or the directory of ``state_dir``)."""
+        assert self.runtime is not None  # set by __post_init__
+        return self.runtime
 
-    def next_beats(self) -> list[dict[str, object]]:
-        """The next heartbeat payloads; each takes the next ``seq``.
+    def snapshot(self) -> Inventory:
+        """The complete lists held now, per kind, read synchronously: the ``directory``
+        runtime only (others are read by :meth:`beat_once`, through ``inventory``).
+
+        Raises:
+            TypeError: the runtime is not a directory.
+        """
+        if not isinstance(self.runtime, DirectoryRuntime):
+            raise TypeError(f"snapshot() reads a directory runtime, not {self.runtime!r}")
+        return self.runtime.snapshot()
+
+    def next_beats(
+        self, lists: Mapping[str, list[str] | None] | None = None
+    ) -> list[dict[str, object]]:
+        """The next heartbeat payloads for ``lists`` (default: :meth:`snapshot`); each takes
+        the next ``seq``.
 
         Unchanged lists the controller already holds go as digests only, changed small ones
-        inline, changed large ones in chunks (:mod:`reaper.core.protocol`).
+        inline, changed large ones in chunks (:mod:`reaper.core.protocol`); a ``None`` list
+        is left out (not reported: liveness only).
         """
         known = self.last_view.report_digests if self.last_view is not None else None
-        beats = build_beats(self.worker, self.boot_id, self.seq, self.snapshot(), known)
+        lists = self.snapshot() if lists is None else lists
+        beats = build_beats(self.worker, self.boot_id, self.seq, lists, known)
         self.seq += len(beats)
+        if self.key is not None:
+            beats = [sign_heartbeat(beat, self.key) for beat in beats]
         return beats
 
     async def beat_once(self) -> StateView | None:
-        """Send one heartbeat, query ``state`` and apply it; ``None`` if either failed."""
+        """Take the inventory, send one heartbeat, query ``state`` and apply it in the
+        background; ``None`` if the beat or the query failed."""
         began = time.monotonic()
         timeout = timedelta(seconds=max(2.0, min(self.interval * 2, 10.0)))
+        lists = await self.host.inventory()
+        complete = all(lists.get(kind) is not None for kind in KINDS)
         step = "connect to Temporal"
         try:
             client = await self._get_client()
             step = "heartbeat"
-            for payload in self.next_beats():
+            for payload in self.next_beats(lists):
                 # By type name and plain JSON: the agent knows the contract, not the workflow.
                 handle = await client.start_workflow(
                     LIVENESS_WORKFLOW,
@@ -174,25 +201,34 @@ class Agent:
             log.info("heartbeat and state query succeed again")
         self._failing = None
         self.last_view = view
-        self.apply(view)
+        self._log_state(view)
+        if complete and (self._actions is None or self._actions.done()):
+            # In the background: stopping a container takes its grace period, and the next
+            # beat must not wait for it. A view that comes while one is applied is skipped:
+            # the controller lists the same work again on the next answer.
+            self._actions = asyncio.create_task(self.apply(view))
         return view
 
-    def apply(self, view: StateView) -> tuple[list[str], list[str]]:
-        """Start assigned tasks and remove orphans; returns ``(started, removed)``."""
+    def _log_state(self, view: StateView) -> None:
+        """One line when the worker's state or draining changes, and one when the controller
+        rejects this agent's beats for a reason it did not log before."""
+        last = view.last_rejection  # a beat's rejection, and this boot's beats not heard
+        if last and last.startswith("heartbeat:") and view.boot_id != self.boot_id:
+            hint = "" if self.key is not None else " (unsigned: give the agent --key-file)"
+            if last != self._last_rejection:
+                log.warning("the controller rejects beats of %s: %s%s", self.worker, last, hint)
+            self._last_rejection = last
         state = (view.state, view.draining)
         if state != self._last_state:
             log.info(
                 "worker %s is %s%s", self.worker, view.state, " (draining)" if view.draining else ""
             )
             self._last_state = state
-        started = []
-        for task_id in view.assignments:
-            path = self.state_dir / "tasks" / task_id
-            if "/" in task_id or task_id in (".", "..") or path.exists():
-                continue
-            path.touch()
-            started.append(task_id)
-            log.info("started task %s", task_id)
+
+    async def apply(self, view: StateView) -> tuple[list[str], list[str]]:
+        """Start assigned tasks and remove orphans through the runtime; returns
+        ``(started, removed)``."""
+        started = [t for t in view.assignments if await self._safely(self.host.start(t))]
         removed = []
         # Per kind when the controller says (a name may be a handle of two kinds); the
         # plain list of CONTRACT.md §2 otherwise.
@@ -200,13 +236,17 @@ class Agent:
         for kind, handles in by_kind.items():
             if kind not in KINDS:
                 continue
-            for handle in handles:
-                if "/" in handle or handle in (".", ".."):
-                    continue
-                if remove_entry(self.state_dir / kind / handle):
-                    removed.append(handle)
-                    log.info("removed orphan %s/%s", kind, handle)
+            removed += [h for h in handles if await self._safely(self.host.remove(kind, h))]
         return started, removed
+
+    async def _safely(self, action: Awaitable[bool]) -> bool:
+        """An action's result; False, logged, if it raised (a bug, a disk error): the
+        agent keeps beating and the controller lists the work again."""
+        try:
+            return await action
+        except Exception:
+            log.exception("an assignment or orphan could not be applied")
+            return False
 
     async def run(self, stop: asyncio.Event | None = None) -> bool:
         """Beat every ``interval`` seconds until ``stop`` is set; then, with
@@ -217,10 +257,10 @@ class Agent:
         """
         stop = stop or asyncio.Event()
         log.info(
-            "agent %s starting: boot_id %s, state in %s, every %gs",
+            "agent %s starting: boot_id %s, %s, every %gs",
             self.worker,
             self.boot_id,
-            self.state_dir,
+            self.host.describe(),
             self.interval,
         )
         while not stop.is_set():
@@ -238,49 +278,21 @@ class Agent:
             if wait > 0:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=wait)
+        if self._actions is not None and not self._actions.done():
+            self._actions.cancel()  # a stop is a restart: the next boot is told again
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._actions
+        await self.host.close()
         if not self.retire_on_stop:
             return True
         return await self.retire(RETIRE_ON_STOP_REASON)
 
     async def retire(self, reason: str, deadline_s: float = RETIRE_DEADLINE_S) -> bool:
-        """Signal ``retire`` to this worker's running liveness (by name, plain JSON).
-
-        Retried until delivered or ``deadline_s`` seconds have passed. Beats of this boot
-        still in flight are ignored by the controller once the retirement is done.
-
-        Returns:
-            True once delivered; False if Temporal stayed unreachable or there is no running
-            ``liveness-{worker}`` (never registered, or retired already).
-        """
-        # The boot it retires: delivered late, after this host restarted, it must not
-        # retire the new boot (policy.fleet.retire_is_stale).
-        payload = {"reason": reason, "actor": "agent", "boot_id": self.boot_id}
-        wf_id = liveness_id(self.worker)
-        give_up = time.monotonic() + deadline_s
-        while True:
-            left = give_up - time.monotonic()
-            try:
-                client = await asyncio.wait_for(self._get_client(), timeout=max(left, 0.1))
-                handle = client.get_workflow_handle(wf_id)
-                await handle.signal(
-                    RETIRE_SIGNAL, payload, rpc_timeout=timedelta(seconds=max(left, 1.0))
-                )
-            except RPCError as exc:
-                if exc.status is RPCStatusCode.NOT_FOUND:
-                    log.warning("retire not sent: no running %s (%s)", wf_id, short_error(exc))
-                    return False
-                error: BaseException = exc
-            except Exception as exc:  # unreachable, a timeout
-                error = exc
-            else:
-                log.info("sent retire to %s (reason: %s)", wf_id, reason)
-                return True
-            if time.monotonic() >= give_up:
-                log.warning(
-                    "retire not sent to %s within %gs: %s", wf_id, deadline_s, short_error(error)
-                )
-                return False
-            await asyncio.sleep(min(0.5, max(give_up - time.monotonic(), 0)))
+        """Signal ``retire`` for this boot to this worker's running liveness, signed with
+        ``key`` if given (:func:`reaper.cli.agent_retire.send_retire`)."""
+        return await send_retire(
+            self._get_client, self.worker, self.boot_id, self.key, reason, deadline_s
+        )
 
     async def _get_client(self) -> Client:
         if self._client is None:

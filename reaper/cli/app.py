@@ -10,14 +10,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from typer import _click as click
+from typer.core import TyperCommand
 
-from reaper.core.config import ConfigError, Settings, load_settings
+from reaper.core.config import (
+    ConfigError,
+    ConnectionSettings,
+    Settings,
+    load_connection_settings,
+    load_settings,
+)
 
 app = typer.Typer(
     name="reaper",
@@ -29,6 +38,38 @@ app = typer.Typer(
     # truncated option names (rich's option tables cut them at 80 columns).
     rich_markup_mode=None,
 )
+
+
+class PlainArgumentsCommand(TyperCommand):
+    """A command whose positional arguments read as click writes them: ``WORKER`` in the
+    usage line and in the Arguments section, where typer 0.29 writes ``{WORKER}`` and
+    ``WORKER <str>`` (its markers of a required argument and of the argument's type). Give
+    it to every command that takes arguments: ``@app.command(cls=PlainArgumentsCommand)``."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        """The usage pieces, a required argument unbraced."""
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The Arguments and Options sections, arguments without their ``<type>``."""
+        args, opts = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append((record[0].split(" <", 1)[0], record[1]))
+            elif param.param_type_name == "option":
+                opts.append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        if opts:
+            with formatter.section("Options"):
+                formatter.write_dl(opts)
+
+
 console = Console(soft_wrap=True)
 """Standard output of every command."""
 err = Console(stderr=True, soft_wrap=True)
@@ -102,15 +143,42 @@ class CliError(Exception):
 
 def settings_from(**overrides: Any) -> Settings:
     """Settings from ``REAPER_*`` variables and ``.env``, with the flags given (``None`` =
-    not given) on top.
+    not given) on top; keys are :class:`Settings` fields, each given by the flag
+    ``--<field-with-dashes>``.
 
     Raises:
-        CliError: exit status 2, the configuration is invalid (the message names the variable).
+        CliError: exit status 2, the configuration is invalid; the message names the flag
+            when a flag gave the value (:func:`name_flags`), the variable otherwise.
     """
     try:
         return load_settings(**overrides)
     except ConfigError as exc:
-        raise CliError(f"bad configuration: {exc}", code=2) from None
+        raise CliError(f"bad configuration: {name_flags(str(exc), overrides)}", code=2) from None
+
+
+def connection_settings_from(**overrides: Any) -> ConnectionSettings:
+    """:func:`settings_from` for commands that only read or signal: where Temporal and
+    Postgres are, and no controller timing (an out-of-range one must not stop them).
+
+    Raises:
+        CliError: exit status 2, the configuration is invalid.
+    """
+    try:
+        return load_connection_settings(**overrides)
+    except ConfigError as exc:
+        raise CliError(f"bad configuration: {name_flags(str(exc), overrides)}", code=2) from None
+
+
+def name_flags(message: str, overrides: dict[str, Any]) -> str:
+    """``message`` with each ``REAPER_<FIELD>`` that a flag gave (a non-``None`` value in
+    ``overrides``) named as that flag, ``--<field-with-dashes>``: a bad ``--lost-after 5x``
+    is reported as ``--lost-after``, not as the variable the user never set."""
+    for field, value in overrides.items():
+        if value is not None:
+            message = re.sub(
+                rf"\bREAPER_{field.upper()}\b", "--" + field.replace("_", "-"), message
+            )
+    return message
 
 
 def fail(exc: CliError) -> NoReturn:
@@ -152,7 +220,7 @@ def setup_logging(verbose: int) -> None:
         logging.getLogger("reaper.agent").setLevel(logging.DEBUG)
 
 
-async def connect_temporal(settings: Settings) -> Any:
+async def connect_temporal(settings: ConnectionSettings) -> Any:
     """A Temporal client for an operator command, retrying for ``CLI_CONNECT_DEADLINE_S``.
 
     Returns:
@@ -161,9 +229,9 @@ async def connect_temporal(settings: Settings) -> Any:
     Raises:
         CliError: Temporal is unreachable; the message says where it was looked for.
     """
-    from activities.db import Unreachable
-    from activities.temporal import connect
     from reaper.core.contract import DEFAULT_ADDRESS
+    from reaper.infra.db import Unreachable
+    from reaper.infra.temporal import connect
 
     logging.getLogger("reaper.temporal").setLevel(logging.ERROR)
     target = settings.temporal_address or DEFAULT_ADDRESS

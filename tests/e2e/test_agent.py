@@ -15,9 +15,9 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.cli.agent import Agent, client_factory, list_entries
-from reaper.cli.processes import free_port
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
+from reaper.kit.processes import free_port
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from activities.metrics_endpoint import FleetCollector
+from activities import metrics as _series  # noqa: F401  (registers reaper's counters)
 from reaper.core.policy.gauges import WorkerRow, fleet_gauges
+from reaper.infra.metrics_endpoint import FleetCollector
 from tests.support.paths import ROOT
 
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"

@@ -22,14 +22,14 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from reaper.cli.agent import RETIRE_ON_STOP_REASON, Agent
-from reaper.cli.processes import free_port, is_listening
+from reaper.cli.agent import Agent
+from reaper.cli.agent_retire import RETIRE_ON_STOP_REASON
 from reaper.core.contract import RETIRE_SIGNAL, StateView
+from reaper.kit.processes import Child, free_port, is_listening
 from tests.support.cli import reaper, run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
-from tests.support.processes import ChildProcess
 
 FAST = dict(
     heartbeat_interval=0.2, stall_after=5, lost_after=30, missing_ttl=5, resync_interval=0.4
@@ -68,7 +68,7 @@ async def test_retire_and_undrain_of_an_unknown_worker_are_refused(
 def test_bad_configuration_names_the_variable() -> None:
     out = reaper("run", "--heartbeat-interval", "10s", "--stall-after", "15s")
     assert out.returncode == 2, out
-    assert "REAPER_STALL_AFTER" in out.stderr
+    assert "--stall-after must be at least 2 * --heartbeat-interval" in out.stderr, out
     out = reaper("agent", "--worker", "w 1", "--state-dir", "/tmp/x")
     assert out.returncode == 1 and "--worker" in out.stderr, out
 
@@ -280,19 +280,19 @@ async def test_agent_retires_on_stop_only_with_the_flag(
     suffix = uuid.uuid4().hex[:6]
     leaving, restarting = f"leaving-{suffix}", f"restarting-{suffix}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    agents: dict[str, ChildProcess] = {}
+    agents: dict[str, Child] = {}
     for name, flags in ((leaving, ["--retire-on-stop"]), (restarting, [])):
-        child = ChildProcess()
-        with open(tmp_path / f"{name}.log", "wb") as log:
-            argv = ["agent", "--worker", name, "--state-dir", str(tmp_path / name)]
-            argv += ["--address", address(dev_env), "--task-queue", tq]
-            child.proc = subprocess.Popen(
-                [sys.executable, "-m", "reaper.cli", *argv, "--heartbeat-interval", "0.2", *flags],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=Path(__file__).parent,  # no .env of the caller
-            )
+        argv = ["agent", "--worker", name, "--state-dir", str(tmp_path / name)]
+        argv += ["--address", address(dev_env), "--task-queue", tq]
+        child = Child(
+            f"agent {name}",
+            [sys.executable, "-m", "reaper.cli", *argv, "--heartbeat-interval", "0.2", *flags],
+            env,
+            log_path=tmp_path / f"{name}.log",
+            restart=False,
+            cwd=Path(__file__).parent,  # no .env of the caller
+        )
+        child.start()
         agents[name] = child
     try:
         async with controller(client, pool, make_settings(**timings), tq):

@@ -18,10 +18,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from reaper.kit.temporal import DevServer
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
-from tests.support.processes import DevServer
 
 
 def on_a_terminal(*args: str, timeout: float = 60) -> tuple[int, str, str]:
@@ -86,8 +86,10 @@ async def test_workers_shows_its_queries_on_a_terminal(
 ) -> None:
     # A dev server of its own: the session's holds other tests' workflows, whose state
     # queries would wait for controllers long gone.
-    server = DevServer(tmp_path)
-    await server.start()
+    server = DevServer(
+        tmp_path / "temporal.log", db_file=tmp_path / "temporal.db", continue_as_new_after=30
+    )
+    await server.up()
     try:
         client = await eventually(
             lambda: _connect(server.address), bool, timeout=60, poll=0.2, what="a healthy frontend"

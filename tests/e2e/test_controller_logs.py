@@ -12,9 +12,9 @@ from typing import Any
 import asyncpg
 
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beat, send
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",

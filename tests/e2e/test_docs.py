@@ -23,7 +23,8 @@ from tests.support.paths import ROOT
 
 OPERATOR = ROOT / "docs" / "operator-guide.md"
 AGENT = ROOT / "docs" / "agent-protocol.md"
-GUIDES = (OPERATOR, AGENT)
+RUNTIMES = ROOT / "docs" / "agent-runtimes.md"
+GUIDES = (OPERATOR, AGENT, RUNTIMES)
 README = ROOT / "README.md"
 PAGES = (
     README,

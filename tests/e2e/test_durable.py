@@ -13,9 +13,9 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",

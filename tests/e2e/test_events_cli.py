@@ -21,7 +21,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.base import write_events
+from reaper.cli import read
+from reaper.cli.follow import GAP_WAIT_S, FollowWindow
 from reaper.core.contract import StateView
+from tests.support.cli import reaper as run_reaper
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
@@ -42,22 +45,14 @@ COMMANDS = [
     "undrain",
     "retire",
     "force-reap",
+    "keygen",
     "demo",
 ]
 
 
 def reaper(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """``reaper ARGS`` in a fresh process, no ``REAPER_*`` variable or ``.env`` leaking in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    env["COLUMNS"] = "80"
-    return subprocess.run(
-        [sys.executable, "-m", "reaper.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(__file__).parent,
-    )
+    """``reaper ARGS`` in a fresh process at 80 columns (``tests.support.cli.reaper``)."""
+    return run_reaper(*args, env={"COLUMNS": "80"}, timeout=timeout)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -270,3 +265,44 @@ async def test_an_orphan_shows_in_events_and_workers_once(
         reaper, "events", "--database-url", db_url, "--worker", worker, "--action", "orphan"
     )
     assert out.returncode == 0 and "orphan stray" in out.stdout, out
+
+
+def test_the_follow_window_prints_each_row_once_and_waits_for_a_gap():
+    """Ids commit out of order (a reap held on a lock commits 11 after 12 was printed): the
+    floor stays below 11 until it commits, so 11 is printed then; a gap that never fills
+    (a rolled-back id) is given up after GAP_WAIT_S."""
+    w = FollowWindow(10)
+    assert w.fresh([12]) == [12]
+    w.advance([12], now=0.0)
+    assert w.floor == 10  # 11 is awaited
+    assert w.fresh([11, 12]) == [11]  # 12 is not printed again
+    w.advance([11, 12], now=1.0)
+    assert w.floor == 12 and not w.printed
+    w.advance([14], now=2.0)  # 13 rolled back
+    assert w.floor == 12
+    w.advance([], now=2.0 + GAP_WAIT_S)
+    assert w.floor == 14
+
+
+async def test_follow_prints_a_row_whose_transaction_committed_after_a_newer_one(pool):
+    """Against Postgres: the row of a transaction that drew its id first and committed last
+    is read above the floor and printed once."""
+    w = FollowWindow(await pool.fetchval("SELECT coalesce(max(id), 0) FROM reaper.events"))
+    insert = (
+        "INSERT INTO reaper.events (kind, action, handle) VALUES ('task', 'lost', $1) RETURNING id"
+    )
+    async with pool.acquire() as slow:
+        tx = slow.transaction()
+        await tx.start()
+        first = await slow.fetchval(insert, "t-slow")
+        second = await pool.fetchval(insert, "t-fast")
+        assert second > first
+        printed = []
+        for _ in range(2):
+            committed = await read.event_ids_after(pool, w.floor)
+            rows = await read.events(pool, after_id=w.floor)
+            printed += w.fresh(r.id for r in rows)
+            w.advance(committed, time.monotonic())
+            if first not in printed:
+                await tx.commit()
+        assert printed == [second, first]

@@ -8,13 +8,13 @@ import asyncio
 import json
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from temporalio.api.enums.v1 import EventType
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -58,16 +58,26 @@ async def cli_signal(env: dict[str, str], worker: str, name: str, text: str) -> 
     )
 
 
-async def cli(env: dict[str, str], *argv: str) -> None:
-    """Run the ``temporal`` CLI; it must succeed (the server accepted what it sent)."""
-    proc = await asyncio.create_subprocess_exec(
-        find_binary("temporal"),
-        *argv,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+CLOSING = "workflow is closing"
+"""The server refuses a signal while the run continues as new (every ~30 events on the
+test's dev server); the next run takes it, so the CLI sends it again, as an operator would."""
+
+
+async def cli(env: dict[str, str], *argv: str, attempts: int = 5) -> None:
+    """Run the ``temporal`` CLI; it must succeed (the server accepted what it sent), once
+    the run it targets is not in the middle of a continue-as-new."""
+    for attempt in range(attempts):
+        proc = await asyncio.create_subprocess_exec(
+            find_binary("temporal"),
+            *argv,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), timeout=30)
+        if proc.returncode == 0 or CLOSING not in err.decode() or attempt == attempts - 1:
+            break
+        await asyncio.sleep(0.2)
     assert proc.returncode == 0, err.decode()
 
 
@@ -76,21 +86,8 @@ async def test_raw_json_through_the_temporal_cli_changes_nothing(
 ) -> None:
     client, tq = dev_env.client, f"tq-door-{uuid.uuid4().hex[:8]}"
     w = f"door-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "HOME": str(tmp_path),
-    }
-    await pool.execute(
-        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
-    )
-    key = new_private_key()
-
-    def beat(seq: int) -> dict[str, Any]:
-        return sign_heartbeat(
-            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
-        )
+    env = cli_env(client, tmp_path)
+    beat = await signed_worker_holding_c1(pool, w)
 
     # `required`: an unsigned operator signal is rejected (in `pin` one would act, as in v1).
     async with controller(client, pool, make_settings(agent_auth="required", **SLOW), tq):
@@ -127,10 +124,34 @@ async def test_raw_json_through_the_temporal_cli_changes_nothing(
             is None
         )
         assert st_.rejected > 0
-        failed = 0
-        async for event in client.get_workflow_handle(liveness_id(w)).fetch_history_events():
-            failed += event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        assert failed == 0
+        # The server's own refusals (a signal during a completion) are benign; none other.
+        assert await failed_tasks(client, liveness_id(w)) == []
+
+
+def cli_env(client: Any, home: Path) -> dict[str, str]:
+    """The ``temporal`` CLI's environment for the test's dev server (its own HOME)."""
+    return {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "HOME": str(home),
+    }
+
+
+async def signed_worker_holding_c1(pool: asyncpg.Pool, w: str) -> Callable[[int], dict[str, Any]]:
+    """Container ``c-1`` of worker ``w`` in Postgres, and the beats of an agent that signs
+    with a key of its own and holds ``c-1``: ``beat(seq)``."""
+    await pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
+    )
+    key = new_private_key()
+
+    def beat(seq: int) -> dict[str, Any]:
+        return sign_heartbeat(
+            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
+        )
+
+    return beat
 
 
 ARITY = {
@@ -149,21 +170,8 @@ async def test_several_inputs_through_the_temporal_cli_wedge_nothing(
     with several: no task fails, no row changes, the next ordinary beat is applied."""
     client, tq = dev_env.client, f"tq-arity-{uuid.uuid4().hex[:8]}"
     w = f"arity-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "HOME": str(tmp_path),
-    }
-    await pool.execute(
-        "INSERT INTO reaper.containers (handle, worker, state) VALUES ('c-1', $1, 'created')", w
-    )
-    key = new_private_key()
-
-    def beat(seq: int) -> dict[str, Any]:
-        return sign_heartbeat(
-            {"worker": w, "boot_id": "b-1", "seq": seq, "containers": ["c-1"]}, key
-        )
+    env = cli_env(client, tmp_path)
+    beat = await signed_worker_holding_c1(pool, w)
 
     inputs: list[list[str]] = []
 

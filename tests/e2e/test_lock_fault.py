@@ -20,9 +20,9 @@ import asyncpg
 import pytest
 
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beats_handled
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 from workflows.common import ACTIVITY_TIMEOUT
 
 TTL_S = 5

@@ -13,11 +13,12 @@ import uuid
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from reaper.cli.processes import free_port
+from reaper import __version__
+from reaper.kit.processes import free_port
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beat, send
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",
@@ -110,6 +111,8 @@ async def test_metrics_of_two_replicas(dev_env, db_url, pool, tmp_path):
                     what=f"2 workers running on :{port}",
                 )
                 assert value(got, "reaper_fleet_disruption") == 0
+                # The release it runs (CHANGELOG.md), as `reaper --version` says it.
+                assert value(got, "reaper_build_info", version=__version__) == 1
                 assert value(got, "reaper_replacements_owed") == 0
                 assert value(got, "reaper_destroyed_total", kind="container") == 0
                 assert value(got, "reaper_worker_last_heartbeat_timestamp_seconds", worker=a)

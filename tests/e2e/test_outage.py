@@ -27,7 +27,6 @@ Postgres outage the controller must stay up, in the same process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import signal
@@ -45,14 +44,18 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
-from activities.db import migrate
-from activities.temporal import ensure_search_attributes, while_unavailable
-from reaper.cli.postgres import EmbeddedPostgres
+from activities.sealing import load_secret
 from reaper.core.config import Settings
 from reaper.core.contract import StateView
-from tests.support.heartbeats import beat, query_state, send
+from reaper.infra.db import migrate
+from reaper.infra.temporal import ensure_search_attributes, while_unavailable
+from reaper.kit.agents import SimAgent
+from reaper.kit.fleet import SimFleet
+from reaper.kit.postgres import EmbeddedPostgres
+from reaper.kit.temporal import DevServer
+from tests.support.controller import ControllerProcess
+from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess, DevServer
 from worker import start_fleet_monitor
 from workflows.common import SEARCH_ATTRIBUTES, fleet_monitor_id, liveness_id
 
@@ -82,8 +85,10 @@ async def own_temporal() -> AsyncIterator[tuple[DevServer, Client]]:
     """A dev server that this test alone uses and may kill, search attributes registered;
     a client that gives up on a call quickly (agents retry on their own every second)."""
     root = Path(tempfile.mkdtemp(prefix="reaper-outage-t-"))
-    server = DevServer(root)
-    await server.start()
+    server = DevServer(
+        root / "temporal.log", db_file=root / "temporal.db", continue_as_new_after=30
+    )
+    await server.up()
     try:
         client = await Client.connect(
             server.address,
@@ -121,86 +126,35 @@ def own_postgres() -> Iterator[tuple[EmbeddedPostgres, str]]:
 # ---- the fleet ----------------------------------------------------------------------------
 
 
-class Agents:
-    """One simulated agent per worker, beating every HEARTBEAT_S with its complete report.
+class Agents(SimFleet):
+    """One simulated agent per worker (the kit's), beating every HEARTBEAT_S with its
+    complete report (``reports[worker]``, read at every beat).
 
-    Each agent has its own loop, so one stuck call never delays another; a call that fails or
-    outlasts the interval is abandoned (errors swallowed: an agent keeps trying through an
-    outage). The time and seq of every beat the server accepted are kept. An agent can be
-    paused (it sends nothing) and resumed (it beats at once, then every interval).
+    A call that fails or outlasts the interval is abandoned (counted in ``refused``: an agent
+    keeps trying through an outage), and one agent's stuck call never delays another's. The
+    time and seq of every beat the server accepted are kept. An agent can be paused (it
+    sends nothing) and resumed (it beats at once, then every interval).
     """
 
     def __init__(
         self, client: Client, task_queue: str, reports: dict[str, dict[str, list[str]]]
     ) -> None:
-        self.client, self.tq, self.reports = client, task_queue, reports
-        self.boot = f"boot-{uuid.uuid4().hex[:8]}"
-        self.seq = {w: 0 for w in reports}
-        self.accepted: dict[str, list[tuple[float, int]]] = {w: [] for w in reports}
-        self.refused = 0
-        self.paused: set[str] = set()
-        self._busy = {w: False for w in reports}
-        self._next = {w: 0.0 for w in reports}
-        self._wake = {w: asyncio.Event() for w in reports}
-        self._tasks: list[asyncio.Task[None]] = []
-        self._closing = False
+        super().__init__(client, task_queue, HEARTBEAT_S, send_timeout=HEARTBEAT_S)
+        self.reports = reports
+        boot = f"boot-{uuid.uuid4().hex[:8]}"
+        self.add(SimAgent(w, lists=r, boot_id=boot, seq=1, accepted=[]) for w, r in reports.items())
 
-    async def _beat(self, worker: str) -> None:
-        self.seq[worker] += 1
-        payload = beat(worker, self.seq[worker], boot_id=self.boot, **self.reports[worker])
-        self._busy[worker] = True
-        try:
-            await asyncio.wait_for(send(self.client, self.tq, payload), timeout=HEARTBEAT_S)
-            self.accepted[worker].append((time.monotonic(), payload["seq"]))
-        except Exception:
-            self.refused += 1
-        finally:
-            self._busy[worker] = False
+    def before_round(self) -> None:
+        for w, a in self.agents.items():
+            a.lists = self.reports[w]
 
-    async def _loop(self, worker: str) -> None:
-        loop = asyncio.get_running_loop()
-        self._next[worker] = loop.time()
-        while not self._closing:
-            if worker not in self.paused:
-                await self._beat(worker)
-            self._next[worker] += HEARTBEAT_S
-            delay = self._next[worker] - loop.time()
-            if delay > 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake[worker].wait(), delay)
-            self._wake[worker].clear()
-
-    async def pause(self, worker: str) -> None:
-        """Stop ``worker``'s beats; returns once none is in flight."""
-        self.paused.add(worker)
-
-        async def idle() -> bool:
-            return not self._busy[worker]
-
-        await eventually(idle, bool, timeout=10, poll=0.01, what=f"{worker}'s agent idle")
-
-    def resume(self, worker: str) -> None:
-        self.paused.discard(worker)
-        self._next[worker] = asyncio.get_running_loop().time() - HEARTBEAT_S
-        self._wake[worker].set()
+    @property
+    def refused(self) -> int:
+        return self.errors
 
     def first_accepted_after(self, worker: str, t: float) -> tuple[float, int] | None:
-        return next(((at, seq) for at, seq in self.accepted[worker] if at >= t), None)
-
-    async def __aenter__(self) -> Agents:
-        self._tasks = [asyncio.get_running_loop().create_task(self._loop(w)) for w in self.reports]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        # The flag as well as the cancel: on Python 3.11 asyncio.wait_for can swallow a
-        # cancellation that coincides with its inner call finishing (fixed in 3.12).
-        self._closing = True
-        for _ in range(10):
-            for t in self._tasks:
-                t.cancel()
-            _, pending = await asyncio.wait(self._tasks, timeout=1.0)
-            if not pending:
-                return
+        accepted = self.agents[worker].accepted or []
+        return next(((at, seq) for at, seq in accepted if at >= t), None)
 
 
 async def register_fleet(pool: asyncpg.Pool) -> dict[str, dict[str, list[str]]]:
@@ -531,7 +485,7 @@ async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
             server.kill()  # SIGKILL: a crash
             await asyncio.sleep(OUTAGE_S)  # the outage itself
             assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
-            await server.start()  # same port, same SQLite file
+            await server.up()  # same port, same SQLite file
             up_at = time.monotonic()
             answering = asyncio.ensure_future(judged_again(client, next(iter(reports))))
             await asyncio.sleep(LATE_S)  # c beats again LATE_S after it
@@ -557,6 +511,7 @@ async def test_postgres_down_longer_than_lost_after_reaps_nobody(dev_env, own_po
     client = dev_env.client
     pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
     await migrate(pool)
+    await load_secret(pool)
     ctl = ControllerProcess(
         client.service_client.config.target_host, url, tmp_path / "controller.log", FAST
     )
@@ -654,7 +609,7 @@ async def test_a_controller_starting_while_temporal_restarts_waits_for_it(own_te
 
     await eventually(retries, lambda n: n >= 2, timeout=30, what="two retries while down")
     assert not starting.done()
-    await server.start()  # same port, same SQLite file
+    await server.up()  # same port, same SQLite file
     await asyncio.wait_for(starting, timeout=60)
     desc = await client.get_workflow_handle(fleet_monitor_id(settings.task_queue)).describe()
     assert desc.status == WorkflowExecutionStatus.RUNNING

@@ -1,6 +1,6 @@
 """A `state` query that races a deadline timer or a beat must not leave a liveness stuck.
 
-The chaos campaign's stuck livenesses (README, "What the campaigns found"), reproduced
+The chaos campaign's stuck livenesses (docs/chaos.md, "What the campaigns found"), reproduced
 without any server restart: a ``state`` query sent while the liveness has no workflow task
 pending is handed by the server to a worker on its own, as a *legacy query task*. When no
 worker polls at once (controller W1 has stopped) and meanwhile the deadline timer fires or a
@@ -35,10 +35,9 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from reaper.core.contract import StateView
-from tests.support.controller import controller, make_settings
+from tests.support.controller import ControllerProcess, controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, send
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 from worker import replay_check
 from workflows import WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id

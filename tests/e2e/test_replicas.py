@@ -20,9 +20,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beats_handled, query_state
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess
 from workflows.common import fleet_monitor_id
 
 STICKY_S = 2

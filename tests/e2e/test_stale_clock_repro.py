@@ -9,7 +9,11 @@ test fails on the ``timer`` and ``beat`` cases, and reaper's guard (``StaleClock
 xfail would also pass when the script breaks for another reason.)
 
 The three runs share the session's dev server, each on a task queue of its own, side by side
-(each waits about 10 s on timers and a sticky queue's timeout).
+(each waits about 10 s on timers and a sticky queue's timeout). A race is a race: on a loaded
+machine the query may be answered before the timer or the beat reaches the run (then the history
+replays and nothing was shown), so each racing case gets up to ``ATTEMPTS`` runs and must
+reproduce in one of them; the control must replay every time. (A CI run on 2026-12-03 lost the
+``timer`` race once, its query answered 15 ms after the first wake-up.)
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import sys
 from tests.support.paths import ROOT
 
 SCRIPT = ROOT / "docs" / "stale_clock_repro.py"
+ATTEMPTS = 4
 
 
 async def run(race: str, address: str) -> tuple[int, str]:
@@ -40,20 +45,38 @@ async def run(race: str, address: str) -> tuple[int, str]:
     return proc.returncode, out.decode(errors="replace")
 
 
+async def reproduce(race: str, address: str) -> list[tuple[int, str]]:
+    """Run the ``race`` case until it reproduces (exit status 1), at most ``ATTEMPTS`` times.
+
+    Returns every attempt's (exit status, output), the last one first.
+    """
+    attempts: list[tuple[int, str]] = []
+    while len(attempts) < ATTEMPTS:
+        attempts.insert(0, await run(race, address))
+        if attempts[0][0] != 0:
+            break
+    return attempts
+
+
 async def test_the_minimal_reproduction_shows_the_stale_clock(dev_env) -> None:
     address = dev_env.client.service_client.config.target_host
-    races = ("timer", "beat", "none")
-    outcomes = await asyncio.gather(*(run(r, address) for r in races))
-    results = dict(zip(races, outcomes, strict=True))
-    for race, (code, out) in results.items():
-        print(f"---- {race} (exit status {code})\n{out}")
+    races = ("timer", "beat")
+    control, *raced = await asyncio.gather(
+        run("none", address), *(reproduce(r, address) for r in races)
+    )
+    results = dict(zip(races, raced, strict=True))
+    print(f"---- none (exit status {control[0]})\n{control[1]}")
+    for race, attempts in results.items():
+        for n, (code, out) in enumerate(reversed(attempts), 1):
+            print(f"---- {race}, attempt {n} (exit status {code})\n{out}")
 
-    code, out = results["none"]
+    code, out = control
     assert code == 0 and "replay: the history replays" in out, out
-    for race in ("timer", "beat"):
-        code, out = results[race]
+    for race, attempts in results.items():
+        code, out = attempts[0]
+        assert code == 1, f"{race}: not reproduced in {len(attempts)} attempts:\n{out}"
         # The racing query's answer ends with a wake-up at no time passed since the workflow
         # armed its 2 s timer (the previous task's clock), after which it waits again.
         answer = next(line for line in out.splitlines() if "racing query answered" in line)
         assert answer.endswith("]") and "'woke 0.000 s after" in answer.rsplit(", ", 1)[-1], out
-        assert code == 1 and "[TMPRL1100] Nondeterminism error" in out, out
+        assert "[TMPRL1100] Nondeterminism error" in out, out

@@ -31,11 +31,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from reaper.core.contract import StateView, liveness_id
+from reaper.kit.processes import free_port
+from reaper.kit.temporal import DevServer
 from tests.support.agents import Agents
+from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import query_state
 from tests.support.paths import ROOT
 from tests.support.polling import eventually
-from tests.support.processes import ControllerProcess, DevServer
 from workflows.view import utc
 
 CHROMIUM = "/usr/bin/chromium"
@@ -84,8 +86,10 @@ async def connect(address: str) -> Client | None:
 @pytest_asyncio.fixture
 async def web_stack(db_url: str, tmp_path: Path) -> AsyncIterator[WebStack]:
     """A dev server with its Web UI, a controller process on it, and a client."""
-    server = DevServer(tmp_path, web_ui=True)
-    await server.start()
+    server = DevServer(
+        tmp_path / "temporal.log", db_file=tmp_path / "temporal.db", ui_port=free_port()
+    )
+    await server.up()
     controller = ControllerProcess(server.address, db_url, tmp_path / "controller.log", FAST)
     try:
         client = await eventually(

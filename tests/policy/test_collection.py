@@ -149,8 +149,8 @@ def test_a_fresh_report_is_needed_when_a_mark_or_an_orphan_falls_due(due, orphan
 
 
 def test_next_due_is_the_oldest_mark_plus_the_ttl():
-    assert next_due(None, TTL) is None
-    assert next_due(at(5), TTL) == at(305)
+    assert next_due("volumes", None, TTL) is None
+    assert next_due("volumes", at(5), TTL) == at(305)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from reaper.core.contract import Heartbeat, ReasonInput, WorkerState
-from reaper.core.models import LivenessState, Report, RunFeatures, Timings
+from reaper.core.liveness_state import LivenessState, RunFeatures
+from reaper.core.models import Report, Timings
 from reaper.core.policy.liveness_machine import (
     Authenticated,
     Beat,

@@ -1,5 +1,5 @@
 """Table tests of the repair policy: which livenesses are suspect, when one is stuck, and
-which reset point is chosen (README, "What the campaigns found").
+which reset point is chosen (docs/chaos.md, "What the campaigns found").
 Times are seconds after T0; durations seconds."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""An in-process controller for tests: binaries, settings, a worker on its own task queue."""
+"""Controllers for tests: in process (a worker on its own task queue, with test settings) or
+as a child process (:class:`ControllerProcess`, the kit's ``python worker.py``)."""
 
 from __future__ import annotations
 
-import shutil
-import sysconfig
+import os
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -14,6 +15,9 @@ from temporalio.worker import Worker
 from activities import ReaperActivities
 from reaper.core.config import Settings
 from reaper.core.models import Timings
+from reaper.kit.controller import Controller
+from reaper.kit.processes import find_binary as kit_find_binary
+from tests.support.paths import ROOT
 from worker import replay_check
 from workflows import ALL_WORKFLOWS
 from workflows.common import fleet_monitor_id
@@ -21,11 +25,56 @@ from workflows.fleet import FleetMonitor
 
 
 def find_binary(name: str) -> str:
-    """Path of a console script installed in this environment (``temporal``, ...)."""
-    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
-    if not found:
-        raise RuntimeError(f"{name} not found: install the project with its test extras")
-    return found
+    """Path of a console script installed in this environment (``temporal``,
+    ``temporal-test-server``): :func:`reaper.kit.processes.find_binary`."""
+    return kit_find_binary(name)
+
+
+class ControllerProcess(Controller):
+    """``python worker.py`` as a child process that a test can signal, SIGKILL and restart
+    (:class:`reaper.kit.controller.Controller`), with no metrics endpoints unless ``timings``
+    asks: controllers of parallel runs on one host would contend for the default ports.
+
+    Args:
+        address, db_url: Temporal's frontend and the database.
+        log: its log file (``log``).
+        timings: ``REAPER_*`` variables (short timings).
+        task_queue: another replica's, to share its work (a fresh one when omitted).
+        root: the tree whose ``worker.py`` runs (another release's, exported), as its working
+            directory and first on ``PYTHONPATH``, so that it imports its own ``workflows``,
+            ``activities`` and ``reaper`` before the ones installed in this environment (the
+            checkout under test, installed editable, comes later on ``sys.path``).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        db_url: str,
+        log: Path,
+        timings: dict[str, str],
+        task_queue: str | None = None,
+        root: Path = ROOT,
+    ) -> None:
+        settings = {"REAPER_METRICS_PORT": "0", "REAPER_SDK_METRICS_PORT": "0", **timings}
+        if root != ROOT:
+            path = os.environ.get("PYTHONPATH")
+            settings["PYTHONPATH"] = os.pathsep.join([str(root), *([path] if path else [])])
+        super().__init__(
+            address, db_url, task_queue=task_queue, settings=settings, log_path=log, cwd=root
+        )
+        self.log = log
+        self.root = root
+
+    def tail(self, lines: int = 40) -> str:
+        """The log's last lines, without tracebacks and the SDK's connection-retry noise."""
+        if not self.log.exists():
+            return ""
+        kept = [
+            ln
+            for ln in self.log.read_text(errors="replace").splitlines()
+            if ln.strip() and not ln.startswith((" ", "Traceback")) and "retried" not in ln
+        ]
+        return "\n".join(kept[-lines:])
 
 
 def make_settings(**overrides: object) -> Settings:

@@ -1,5 +1,5 @@
 """A ``WorkerLiveness`` that decides differently from reaper's: histories it writes cannot be
-replayed by reaper's code, as the chaos campaign's stuck liveness could not (README, "What
+replayed by reaper's code, as the chaos campaign's stuck liveness could not (docs/chaos.md, "What
 the campaigns found"). Registered under reaper's workflow type name on a controller of a
 test's own; when that controller stops and a real one takes over, every workflow task of
 such a run fails with a nondeterminism error, for ever: a stuck liveness, made on purpose.

@@ -1,4 +1,5 @@
-"""Heartbeats as an agent sends them (CONTRACT.md §2), and the `state` query it reads back."""
+"""Heartbeats as an agent sends them (CONTRACT.md §2), and the `state` query it reads back:
+the kit's (:mod:`reaper.kit.agents`), with payloads and waits for tests."""
 
 from __future__ import annotations
 
@@ -7,15 +8,14 @@ from typing import Any
 import asyncpg
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from reaper.core.contract import StateView
-from reaper.core.models import LivenessInput
+from reaper.kit.agents import query_state, send_heartbeat
 from tests.support.polling import eventually
 from tests.support.scheduler import setup_service
-from workflows import WorkerLiveness
-from workflows.common import collector_id, liveness_id
+from workflows.common import collector_id
 
 
 def beat(worker: str, seq: int, boot_id: str = "boot-1", **reports: Any) -> dict[str, Any]:
@@ -30,25 +30,9 @@ def beat(worker: str, seq: int, boot_id: str = "boot-1", **reports: Any) -> dict
     return payload
 
 
-async def send(
-    client: Client, task_queue: str, payload: dict[str, Any], worker: str | None = None
-) -> WorkflowHandle:
-    """Signal-with-start a heartbeat, as an agent does."""
-    name = worker or payload["worker"]
-    return await client.start_workflow(
-        WorkerLiveness.run,
-        LivenessInput(worker=name),
-        id=liveness_id(name),
-        task_queue=task_queue,
-        start_signal="heartbeat",
-        start_signal_args=[payload],
-    )
-
-
-async def query_state(client: Client, worker: str) -> StateView:
-    return await client.get_workflow_handle(liveness_id(worker)).query(
-        WorkerLiveness.state, result_type=StateView
-    )
+send = send_heartbeat
+"""Signal-with-start a heartbeat, as an agent does (:func:`reaper.kit.agents.send_heartbeat`):
+``send(client, task_queue, payload, worker=None)``."""
 
 
 async def current_details(client: Client, workflow_id: str) -> str:

@@ -97,7 +97,7 @@ def may_destroy(
         return False
     if destroy_refused(worker_state, fleet_full) is not None:
         return False
-    return missing_since <= destroy_cutoff(taken_at, missing_ttl)
+    return missing_since <= destroy_cutoff(kind, taken_at, missing_ttl)
 
 
 def stuck_creating(

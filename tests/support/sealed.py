@@ -1,5 +1,6 @@
 """Reports sealed as a liveness seals them (``activities.sealing``), for tests that call the
-collector's activities directly. The controller's secret is installed by ``migrate``."""
+collector's activities directly. The controller's secret is installed by the ``pool``
+fixture (``load_secret``)."""
 
 from __future__ import annotations
 

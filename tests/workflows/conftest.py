@@ -12,7 +12,7 @@ import pytest_asyncio
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.temporal import ensure_search_attributes
+from reaper.infra.temporal import ensure_search_attributes
 from tests.support.controller import find_binary
 from tests.support.fleet import Fleet, fleet_with
 from workflows.common import SEARCH_ATTRIBUTES

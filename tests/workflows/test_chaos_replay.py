@@ -1,6 +1,6 @@
 """A liveness history the chaos campaign recorded that today's code cannot replay.
 
-``python -m chaos --seed 7 --rounds 400`` (README: Chaos campaign) left ``liveness-w0`` stuck
+``python -m chaos --seed 7 --rounds 400`` (docs/chaos.md) left ``liveness-w0`` stuck
 for good: every workflow task of run ``ece28959`` failed with ``[TMPRL1100] Nondeterminism
 error: Activity machine does not handle this event: HistoryEvent(id: 34, TimerStarted)``,
 so the dead worker ``w0`` was never judged lost and its tasks never reaped (rule 5, rule 8).
@@ -28,8 +28,8 @@ fired, two signals, a fresh worker, tried 2026-12-02). Marked ``xfail(strict=Tru
 change that makes it replay must say so here.
 
 The controller now repairs such a liveness itself (activities/repair.py): the tests below
-check that its diagnosis of this history picks the reset point the README's manual remedy
-names.
+check that its diagnosis of this history picks the reset point the stuck-liveness
+runbook's manual remedy names.
 """
 
 from __future__ import annotations
@@ -66,9 +66,9 @@ async def test_the_repair_resets_the_chaos_history_to_the_bad_tasks_own_completi
     controller's replay check): the whole history fails on event 34 (the bad task's timer);
     the latest completed workflow task whose prefix replays is event 33, the bad task's own
     completion. A reset to 33 keeps events 1-32 (the two beats included), fails the task
-    started at 32 and runs it again on the current code: the README's manual remedy (the
-    ``WorkflowTaskCompleted`` just before the event the replay rejects). Event 38, the next
-    completed task, is not a reset point: its prefix holds event 34."""
+    started at 32 and runs it again on the current code: the stuck-liveness runbook's manual
+    remedy (the ``WorkflowTaskCompleted`` just before the event the replay rejects). Event 38,
+    the next completed task, is not a reset point: its prefix holds event 34."""
     history = WorkflowHistory.from_json("liveness-w0", HISTORY.read_text())
     replay = replay_check()
     found = await diagnose(history, replay)

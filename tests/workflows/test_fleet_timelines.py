@@ -56,9 +56,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.db import migrate
-from activities.temporal import ensure_search_attributes
+from activities.sealing import load_secret
 from reaper.core.contract import liveness_id
+from reaper.infra.db import migrate
+from reaper.infra.temporal import ensure_search_attributes
 from tests.support.controller import find_binary
 from tests.support.fleet import Fleet, fleet_with
 from tests.support.polling import eventually
@@ -602,6 +603,7 @@ async def play(pg_server_url: str, workers: int, desired: list[int], steps: list
     )
     try:
         await migrate(pool)
+        await load_secret(pool)
         await ensure_search_attributes(env.client, SEARCH_ATTRIBUTES)
         async with fleet_with(env, pool, monitor=True, **TIMINGS) as fleet:
             driver = Driver(fleet, pool)

@@ -36,11 +36,11 @@ from hypothesis.control import currently_in_test_context
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.temporal import ensure_search_attributes
 from reaper.core import protocol
 from reaper.core.contract import WorkerState
 from reaper.core.policy import collection, fleet, liveness, placement
 from reaper.core.policy.fleet import FleetState
+from reaper.infra.temporal import ensure_search_attributes
 from tests.support import model as m
 from tests.support.controller import find_binary
 from tests.support.fleet import fleet_with

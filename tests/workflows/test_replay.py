@@ -2,26 +2,26 @@
 for ever, so a code change that alters the command sequence of a running history must be
 gated with ``workflow.patched``). A failing replay here means exactly that.
 
-Regenerate the stored histories (only when a change is meant to be incompatible and no
-deployment runs the old code): ``REAPER_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py``.
+Regenerate the stored histories of the current code (only when a change is meant to be
+incompatible and no deployment runs the old code):
+``REAPER_RECORD_HISTORIES=1 pytest tests/workflows/test_replay.py``.
+
+The histories of each release, ``release-<version>-*.json``, are never regenerated: they are
+what that release's controller wrote, recorded once when the release is the previous one,
+by the upgrade test (``REAPER_RECORD_HISTORIES=1 pytest -m upgrade -k sequential
+tests/e2e/test_upgrade.py``). A release's histories leave only with a patch that the
+rule of docs/architecture.md ("Replay and patches") retires.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
-from reaper.core.contract import liveness_id
+from tests.support.releases import HISTORIES, replay_stored
 from tests.support.scheduler import insert, setup_service
-from workflows import ALL_WORKFLOWS
 
-HISTORIES = Path(__file__).parent / "histories"
 RECORD = os.environ.get("REAPER_RECORD_HISTORIES") == "1"
 
 
@@ -57,19 +57,24 @@ async def test_record_histories(fleet):
 # workers, one lost and reaped; not rewritten by REAPER_RECORD_HISTORIES).
 # liveness-lean-start: the life above recorded at commit a51bfc2 (patch `lean-start`, row
 # refreshes at half of STALL_AFTER as local activities), before `refresh-at-bound`.
+# release-<version>-*: what each release's controller wrote in the upgrade test
+# (tests/e2e/test_upgrade.py records them with REAPER_RECORD_HISTORIES=1, from the release
+# exported from git): every one of every release replays on the current code.
+RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
+
+
 @pytest.mark.parametrize(
     "name",
-    ["liveness", "liveness-lean-start", "collector", "collector-kinds-apart", "reap", "fleet"],
+    [
+        "liveness",
+        "liveness-lean-start",
+        "collector",
+        "collector-kinds-apart",
+        "reap",
+        "fleet",
+        *RELEASES,
+    ],
 )
 async def test_stored_history_replays_on_current_code(name):
-    path = HISTORIES / f"{name}.json"
-    raw = path.read_text()
-    # The liveness checks that it runs under its own id (liveness-{worker}): replay it so.
-    start = WorkflowHistory.from_json("x", raw).events[0]
-    payload = start.workflow_execution_started_event_attributes.input.payloads[0]
-    worker = json.loads(payload.data).get("worker", "")
-    wid = liveness_id(worker) if name.startswith("liveness") else f"stored-{name}"
-    history = WorkflowHistory.from_json(wid, raw)
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
+    failure = await replay_stored(HISTORIES / f"{name}.json")
+    assert failure is None, failure

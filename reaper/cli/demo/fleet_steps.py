@@ -9,7 +9,7 @@ import time
 from functools import partial
 from typing import TypeVar
 
-from activities import read
+from reaper.cli import read
 from reaper.cli.demo.session import (
     AGENTS,
     JOINING,

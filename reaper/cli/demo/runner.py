@@ -18,9 +18,9 @@ from rich.console import Console
 
 from reaper.cli.demo.session import Demo, DemoFailed, Timeline
 from reaper.cli.demo.steps import run_steps
-from reaper.cli.processes import StackError, free_port, tail
 from reaper.cli.stack import Stack
 from reaper.core.config import Settings
+from reaper.kit.processes import StackError, free_port, tail
 
 DEMO_TIMINGS: dict[str, Any] = dict(
     heartbeat_interval=1.0,
@@ -111,8 +111,8 @@ def _show_logs(console: Console, demo: Demo) -> None:
 
 async def _scenario(d: Demo) -> None:
     """Start the stack, connect to it, run the steps; the pool is closed whatever happens."""
-    from activities.db import create_pool
-    from activities.temporal import connect
+    from reaper.infra.db import create_pool
+    from reaper.infra.temporal import connect
 
     t, s = d.timeline, d.settings
     d.stack.start(on_progress=t)

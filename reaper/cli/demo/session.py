@@ -12,16 +12,16 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 
-from reaper.cli.processes import Child
 from reaper.cli.stack import Stack
 from reaper.core.config import Settings
-from reaper.core.contract import STATE_QUERY, StateView, liveness_id
+from reaper.core.contract import StateView, liveness_id
+from reaper.kit.agents import query_state
+from reaper.kit.processes import Child
 
 if TYPE_CHECKING:
     import asyncpg
@@ -98,7 +98,7 @@ class Demo:
 
     @property
     def db(self) -> asyncpg.Pool:
-        """The Postgres pool (for :mod:`activities.read`); set once the stack is up."""
+        """The Postgres pool (for :mod:`reaper.cli.read`); set once the stack is up."""
         assert self.pool is not None, "the demo's Postgres pool is not open yet"
         return self.pool
 
@@ -217,7 +217,4 @@ class Demo:
             temporalio.service.RPCError: the query failed (no such workflow, no controller).
         """
         assert self.client is not None, "the demo's Temporal client is not connected yet"
-        view: StateView = await self.client.get_workflow_handle(liveness_id(worker)).query(
-            STATE_QUERY, result_type=StateView, rpc_timeout=timedelta(seconds=3)
-        )
-        return view
+        return await query_state(self.client, worker, rpc_timeout=3)

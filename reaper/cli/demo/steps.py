@@ -5,7 +5,7 @@ replaced at once, (e) a scale-out: work owed while no worker could take it is pl
 new worker as soon as it joins.
 
 Each step acts (deletes an entry, kills an agent, restarts it), then waits for each outcome
-with :meth:`Demo.until`; reads of Postgres go through :mod:`activities.read`.
+with :meth:`Demo.until`; reads of Postgres go through :mod:`reaper.cli.read`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
-from activities import read, scheduler
+from reaper.cli import read, scheduler
 from reaper.cli.demo.fleet_steps import step_scale_in, step_scale_out
 from reaper.cli.demo.session import (
     AGENTS,

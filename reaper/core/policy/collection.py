@@ -76,9 +76,18 @@ def mass_drop_held(
     return newly_missing > max_drop_fraction * held
 
 
-def destroy_cutoff(taken_at: datetime, missing_ttl: float) -> datetime:
-    """Rows marked at or before this time are due on the evidence of a report ``taken_at``."""
-    return taken_at - timedelta(seconds=missing_ttl)
+def destroy_after(kind: str, missing_ttl: float) -> float:
+    """How long a handle of ``kind`` (``containers``, ``volumes``, ``tasks``) must have been
+    missing from every complete report before it is destroyed, in seconds: ``MISSING_TTL``
+    for every kind (rule 4). The one place that says so: :func:`destroy_cutoff`,
+    :func:`next_due`, the collector's timer and ``reaper explain`` all ask it."""
+    return missing_ttl
+
+
+def destroy_cutoff(kind: str, taken_at: datetime, missing_ttl: float) -> datetime:
+    """Rows of ``kind`` marked at or before this time are due on the evidence of a report
+    ``taken_at`` (UTC)."""
+    return taken_at - timedelta(seconds=destroy_after(kind, missing_ttl))
 
 
 def destroy_refused(worker_state: WorkerState | str | None, fleet_full: bool) -> str | None:
@@ -103,11 +112,25 @@ def is_due(next_due: datetime | None, taken_at: datetime) -> bool:
     return next_due is not None and taken_at >= next_due
 
 
-def next_due(oldest_mark: datetime | None, missing_ttl: float) -> datetime | None:
-    """When the oldest marked row of a kind falls due (UTC), ``None`` if none is marked."""
+def next_due(kind: str, oldest_mark: datetime | None, missing_ttl: float) -> datetime | None:
+    """When the oldest marked row of ``kind`` falls due (UTC), ``None`` if none is marked."""
     if oldest_mark is None:
         return None
-    return oldest_mark + timedelta(seconds=missing_ttl)
+    return oldest_mark + timedelta(seconds=destroy_after(kind, missing_ttl))
+
+
+def orphan_cutoff(taken_at: datetime, missing_ttl: float) -> datetime:
+    """Handles first reported at or before this time (UTC) are orphans on the evidence of a
+    report ``taken_at`` that still lists them unknown."""
+    return taken_at - timedelta(seconds=missing_ttl)
+
+
+def orphan_due(first_seen: datetime | None, missing_ttl: float) -> datetime | None:
+    """When a reported handle the database does not hold becomes an orphan (UTC): unknown
+    for ``MISSING_TTL`` since it was first reported (CONTRACT.md §2 ``orphans``)."""
+    if first_seen is None:
+        return None
+    return first_seen + timedelta(seconds=missing_ttl)
 
 
 def recheck_at(next_due: datetime | None, recheck_due: datetime | None) -> datetime | None:

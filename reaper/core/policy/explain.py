@@ -113,6 +113,17 @@ def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime)
     e = Explanation(f"worker {w.name}", state.value, "")
     if w.draining:
         e.notes.append("draining: nothing new is placed on it")
+    meaning = states.worker(state)
+    if state not in (
+        WorkerState.running,
+        WorkerState.stalled,
+        WorkerState.lost,
+        WorkerState.retired,
+    ):
+        e.because = f"in state {state.value}" + ("" if meaning.in_fleet else ", out of the fleet")
+        e.notes += [f"the clock does not judge {state.value}"] if meaning.clock is None else []
+        e.notes += [] if meaning.placeable else ["nothing is placed on it"]
+        return e
     if state is WorkerState.retired:
         e.because = f"retired at {clock(w.state_since)}: out of the fleet (§5.1)"
         e.next = "a heartbeat with a new boot id registers it afresh"
@@ -209,7 +220,7 @@ def explain_row(
     if r.missing_since is None:
         e.because = f"{r.state}{on}, not missing: its worker's latest complete report held it"
         return e
-    due = collection.next_due(r.missing_since, t.missing_ttl)
+    due = collection.next_due(f"{r.kind}s", r.missing_since, t.missing_ttl)
     verb = "stopped (missing)" if r.kind == "task" else "destroyed"
     e.because = f"missing since {clock(r.missing_since)}: every complete report since lacked it"
     e.next = (

@@ -147,6 +147,8 @@ def transition(
         stall_after, lost_after: ``REAPER_STALL_AFTER``, ``REAPER_LOST_AFTER`` in seconds.
         grace_until: no ``lost`` before this time (UTC), if set.
     """
+    if current not in RANK:
+        return None  # a state the clock does not judge (``reaper.core.states``: clock None)
     judged = judge_liveness(last_heartbeat_at, now, stall_after, lost_after)
     if judged is WorkerState.lost and grace_until is not None and now < grace_until:
         judged = WorkerState.stalled

@@ -1,6 +1,6 @@
 """The liveness as one value and one decision.
 
-A ``WorkerLiveness`` run holds all its state in one value, :class:`~reaper.core.models.
+A ``WorkerLiveness`` run holds all its state in one value, :class:`~reaper.core.liveness_state.
 LivenessState` (handed over whole at continue-as-new). Everything that happens to it is an
 event (a beat, an operator's signal, the clock, what the collector or an activity found),
 and :func:`decide` takes the value, the time and the event, applies the event to the value
@@ -20,48 +20,41 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import Enum
+from datetime import datetime
 
 from reaper.core.contract import Heartbeat, ReasonInput, WorkerState
-from reaper.core.models import LivenessState, Timings
+from reaper.core.liveness_state import LivenessState
 from reaper.core.policy import liveness as policy
-from reaper.core.policy.fleet import retire_due, retire_is_stale
+from reaper.core.policy.fleet import retire_is_stale
+from reaper.core.policy.liveness_clock import (
+    DEADLINE_SLACK_S,
+    automatic_retire_due,
+    deadline_passed,
+    judge,
+    next_deadline,
+)
+from reaper.core.policy.liveness_due import ORDER, Step, due_steps, needs, shown_values
 
-DEADLINE_SLACK_S = 0.25
-"""Timers fire this long after their deadline, never on it: ``workflow.now()`` of one
-activation can differ by milliseconds between the first run and a replay (seen when the SDK
-regroups back-to-back workflow tasks), and a decision taken on the boundary itself would
-then differ too: a non-determinism error."""
-
-
-class Step(str, Enum):
-    """What the liveness's loop runs, in this order in each turn (:data:`ORDER`): the state
-    is recorded before anything acts on it (the reap and the collector read it from
-    Postgres), a reap runs only once ``lost`` is recorded, and reports are forwarded only
-    once the worker's latest return is recorded."""
-
-    record = "record"
-    """Write the worker's state (a change, a return, a new boot) to ``reaper.workers``."""
-    refresh = "refresh"
-    """Only ``last_heartbeat_at`` lags: refresh the row (§5.3)."""
-    pin = "pin"
-    """Write a key pinned by a beat to ``reaper.agent_keys`` (§5.2)."""
-    drain = "drain"
-    """Set or clear ``workers.draining``."""
-    reap = "reap"
-    """Run a ``WorkerReap`` child."""
-    retire = "retire"
-    """Retire the worker (§5.1)."""
-    stage = "stage"
-    """Stage queued chunks of large reports in Postgres."""
-    forward = "forward"
-    """Hand queued complete reports to the collector."""
-    show = "show"
-    """Upsert the search attributes shown in the Web UI (CONTRACT.md §2)."""
-
-
-ORDER = tuple(Step)
+__all__ = [
+    "DEADLINE_SLACK_S",
+    "ORDER",
+    "Authenticated",
+    "Beat",
+    "Clock",
+    "Decision",
+    "ForceReap",
+    "Outcome",
+    "Retire",
+    "Step",
+    "automatic_retire_due",
+    "deadline_passed",
+    "decide",
+    "due_steps",
+    "judge",
+    "needs",
+    "next_deadline",
+    "shown_values",
+]
 
 
 @dataclass
@@ -115,11 +108,6 @@ class Clock:
 
 
 Event = Beat | Authenticated | ForceReap | Retire | Clock
-
-
-def _timings(live: LivenessState) -> Timings:
-    assert live.timings is not None, "the run's timings are loaded before it decides"
-    return live.timings
 
 
 def admit_beat(live: LivenessState, beat: Heartbeat) -> Outcome:
@@ -193,175 +181,6 @@ def retire(live: LivenessState, req: ReasonInput) -> Outcome:
     return Outcome("accepted")
 
 
-# ---- the clock ---------------------------------------------------------------------------
-
-
-def automatic_retire_due(live: LivenessState) -> datetime | None:
-    """When a lost worker whose reap is done is retired automatically (§5.1), if so (UTC)."""
-    if (
-        live.state is not WorkerState.lost
-        or live.recorded_state is not WorkerState.lost
-        or live.reap_request is not None
-        or live.retire_request is not None
-        or live.state_since is None
-    ):
-        return None
-    return retire_due(live.state_since, _timings(live).retire_after)
-
-
-def next_deadline(live: LivenessState) -> datetime | None:
-    """When the liveness must next look at the clock (UTC), or ``None``: the earliest of
-    its time rules (``policy.time_rules``: stall, lost, outage grace, reap and retire
-    retries, automatic retirement)."""
-    t = _timings(live)
-    times = []
-    if live.last_heartbeat_at is not None:
-        due = policy.next_deadline(
-            live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-        )
-        if due is not None:
-            times.append(due)
-    times += [
-        at
-        for at in (live.reap_retry_at, live.retire_retry_at, automatic_retire_due(live))
-        if at is not None
-    ]
-    return min(times) if times else None
-
-
-def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> Outcome:
-    """A deadline passed: grant the outage grace if it was judged late (rule 8); a reap or
-    retirement retry whose time came is due again."""
-    t = _timings(live)
-    out = Outcome()
-    grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
-    if grace is not None and live.state is not WorkerState.lost:
-        # The controller or Temporal was down: the worker's silence is no evidence.
-        live.grace_until = max(grace, live.grace_until or grace)
-        late = (now - deadline).total_seconds()
-        out.notes.append(f"deadline judged {late}s late: grace until {live.grace_until}")
-    if live.reap_retry_at is not None and now >= live.reap_retry_at:
-        live.reap_retry_at = None
-    if live.retire_retry_at is not None and now >= live.retire_retry_at:
-        live.retire_retry_at = None
-    return out
-
-
-def judge(live: LivenessState, now: datetime) -> Outcome:
-    """Move ``running`` -> ``stalled`` -> ``lost`` as the clock says (only beats go back);
-    request the reap of a worker just lost, and the automatic retirement that fell due."""
-    out = Outcome()
-    if live.last_heartbeat_at is None:
-        return out
-    t = _timings(live)
-    deadline = policy.next_deadline(
-        live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-    )
-    if deadline is not None and deadline < now:
-        # Judged late, however the loop got here (a late timer, a run that starts after
-        # the controller was down across a continue-as-new, a signal that woke the loop
-        # first): the same outage grace as a late timer.
-        out.notes += deadline_passed(live, deadline, now).notes
-    due = automatic_retire_due(live)
-    if due is not None and now >= due:
-        live.retire_request = ReasonInput(reason=f"lost for {t.retire_after:g}s", actor="reaper")
-        live.retire_automatic = True
-    judged = policy.transition(
-        live.state, live.last_heartbeat_at, now, t.stall_after, t.lost_after, live.grace_until
-    )
-    if judged is None:
-        return out
-    live.state, live.state_since = judged, now
-    if judged is WorkerState.lost and live.reap_request is None:
-        live.reap_request = ReasonInput(
-            reason=f"no heartbeat for {t.lost_after:g}s", actor="reaper"
-        )
-        live.reap_forced = False
-    return out
-
-
-# ---- what is due ---------------------------------------------------------------------------
-
-
-def needs(step: Step, live: LivenessState) -> bool:
-    """Whether ``step`` is due for ``live`` now (the loop asks again before each step, as
-    the steps before it may have changed the value)."""
-    if step is Step.record:
-        return _need_record(live)
-    if step is Step.refresh:
-        return _need_refresh(live)
-    if step is Step.pin:
-        return live.agent_key is not None and not live.agent_key_recorded
-    if step is Step.drain:
-        return live.drain_request is not None
-    if step is Step.reap:
-        return (
-            live.reap_request is not None
-            and live.reap_retry_at is None
-            and live.recorded_state is WorkerState.lost
-            and live.recorded_forced == live.reap_forced
-        )
-    if step is Step.retire:
-        return (
-            live.retire_request is not None
-            and live.retire_retry_at is None
-            and live.state is not WorkerState.retired
-        )
-    if step is Step.stage:
-        return bool(live.chunks)
-    if step is Step.forward:
-        return (
-            bool(live.unforwarded)
-            and live.recorded_state is WorkerState.running
-            and live.recorded_return == live.returned_at
-        )
-    return shown_values(live) != live.shown
-
-
-def due_steps(live: LivenessState) -> list[Step]:
-    """Every step due now, in :data:`ORDER` ("is there work?": ``bool(due_steps(live))``).
-    A state record and a refresh exclude each other: a record writes the beat too."""
-    steps = [step for step in ORDER if needs(step, live)]
-    if Step.record in steps and Step.refresh in steps:
-        steps.remove(Step.refresh)
-    return steps
-
-
-def _need_record(live: LivenessState) -> bool:
-    """A state change, a return or a new boot to write (and, in runs recorded before the
-    ``lean-start`` patch, a lagging ``last_heartbeat_at``)."""
-    if live.last_heartbeat_at is None or live.state is WorkerState.retired:
-        return False
-    if live.recorded_state is not live.state or live.recorded_boot_id != live.boot_id:
-        return True
-    if live.recorded_forced != (live.reap_forced and live.state is WorkerState.lost):
-        return True
-    if live.state is WorkerState.running and live.recorded_return != live.returned_at:
-        return True
-    return not live.features.local_writes and _need_refresh(live)
-
-
-def _need_refresh(live: LivenessState) -> bool:
-    if live.last_heartbeat_at is None or live.state is WorkerState.retired:
-        return False
-    t = _timings(live)
-    return policy.row_refresh_due(
-        live.last_heartbeat_at,
-        live.recorded_heartbeat_at,
-        t.stall_after,
-        t.heartbeat_interval if live.features.refresh_at_bound else None,
-    )
-
-
-def shown_values(live: LivenessState) -> tuple[str, int]:
-    """``(ReaperState, ReaperMissing)`` as the Web UI should show them (CONTRACT.md §2):
-    ``draining`` for a running worker that drains."""
-    shown = live.state.value
-    if live.draining and live.state is WorkerState.running:
-        shown = "draining"
-    return shown, sum(status.missing for status in live.collected.values())
-
-
 # ---- the one entry point -------------------------------------------------------------------
 
 
@@ -391,10 +210,5 @@ def decide(live: LivenessState, now: datetime, event: Event) -> Decision:
     elif isinstance(event, Retire):
         outcome = retire(live, event.request)
     else:
-        outcome = judge(live, now)
+        outcome = Outcome(notes=judge(live, now))
     return Decision(outcome, due_steps(live))
-
-
-def retry_later(now: datetime, seconds: float) -> datetime:
-    """``now`` plus ``seconds`` (UTC): when a refused step is tried again."""
-    return now + timedelta(seconds=seconds)

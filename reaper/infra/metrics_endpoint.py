@@ -1,8 +1,9 @@
 """The controller's Prometheus endpoints (CONTRACT.md §5.4).
 
 - ``REAPER_METRICS_PORT`` (default 9464): reaper's series at ``/metrics``: the counters and
-  histograms of ``activities.metrics``, the fleet's gauges (:class:`FleetCollector`), and
-  prometheus-client's process and Python series.
+  histograms of ``activities.metrics`` (registered in the default registry when the
+  activities are imported, as ``worker.py`` does), the fleet's gauges
+  (:class:`FleetCollector`), and prometheus-client's process and Python series.
 - ``REAPER_SDK_METRICS_PORT`` (default 9465): the Temporal SDK's own series (``temporal_*``,
   from its Rust core's Prometheus exporter: :func:`sdk_runtime`).
 
@@ -26,7 +27,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from activities import metrics as _series  # noqa: F401  (registers reaper's counters)
 from reaper.core import states
 from reaper.core.config import Settings
 from reaper.core.policy.gauges import FleetGauges, WorkerRow, fleet_gauges

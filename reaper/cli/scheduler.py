@@ -4,7 +4,7 @@ demo. The controller never calls these."""
 
 from __future__ import annotations
 
-from activities.read import HANDLE_TABLES, Db
+from reaper.cli.read import HANDLE_TABLES, Db
 from reaper.core import states
 from reaper.core.states import HandleState
 

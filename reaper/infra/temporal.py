@@ -19,8 +19,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.db import CONNECT_DEADLINE_S, with_backoff
 from reaper.core.contract import DEFAULT_ADDRESS
+from reaper.infra.db import CONNECT_DEADLINE_S, with_backoff
 
 log = logging.getLogger("reaper.temporal")
 
@@ -80,7 +80,7 @@ async def while_unavailable(
             ``USE_EXISTING``).
         what: what the call does, for the log line of each retry.
         deadline_s: seconds after which the last transient error is raised as
-            :class:`~activities.db.Unreachable`.
+            :class:`~reaper.infra.db.Unreachable`.
 
     Raises:
         Unreachable: still unavailable after ``deadline_s``.

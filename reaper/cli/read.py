@@ -1,6 +1,6 @@
 """The shell's read model: every SQL statement of ``reaper workers``, ``events``,
 ``try-scheduler`` and ``demo`` (their writes, a stand-in scheduler's, are
-:mod:`activities.scheduler`'s).
+:mod:`reaper.cli.scheduler`'s).
 
 The controller never calls these. They are plain async functions over an asyncpg pool or
 connection (both have ``fetch``/``fetchrow``/``fetchval``/``execute``), so that the shell
@@ -204,6 +204,27 @@ async def running_tasks_on(db: Db, worker: str) -> list[str]:
     return [r["id"] for r in rows]
 
 
+class PlacedTask(NamedTuple):
+    """A ``pending`` or ``running`` task and where it is placed (``worker`` ``None``: owed)."""
+
+    id: str
+    service: str | None
+    worker: str | None
+    state: str
+    since: datetime
+
+
+async def active_tasks(db: Db) -> list[PlacedTask]:
+    """Every ``pending`` or ``running`` task with its worker and since when it is in its
+    state, by worker (owed ones last), then id."""
+    rows = await db.fetch(
+        "SELECT id, service, worker, state, COALESCE(state_changed_at, created_at)"
+        " FROM reaper.tasks WHERE state IN ('pending', 'running')"
+        " ORDER BY worker NULLS LAST, id"
+    )
+    return [PlacedTask(*r.values()) for r in rows]
+
+
 # ---- the events timeline (``reaper events``) ---------------------------------------------
 
 
@@ -255,6 +276,15 @@ async def events(
         limit,
     )
     return [Event(*r.values()) for r in rows]
+
+
+async def event_ids_after(db: Db, after_id: int, limit: int = 100_000) -> list[int]:
+    """The ids of every ``events`` row above ``after_id`` (any kind), ascending: what has
+    committed so far (``reaper.cli.follow``)."""
+    rows = await db.fetch(
+        "SELECT id FROM reaper.events WHERE id > $1 ORDER BY id LIMIT $2", after_id, limit
+    )
+    return [r["id"] for r in rows]
 
 
 async def running_workers(db: Db) -> list[str]:

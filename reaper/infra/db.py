@@ -16,8 +16,6 @@ from typing import TypeVar
 
 import asyncpg
 
-from activities.sealing import load_secret
-
 log = logging.getLogger("reaper.db")
 
 T = TypeVar("T")
@@ -138,7 +136,7 @@ async def with_backoff(
 
 
 def _migrations() -> list[tuple[int, str, str]]:
-    files = resources.files("activities").joinpath("migrations")
+    files = resources.files("reaper.infra").joinpath("migrations")
     found = []
     for entry in files.iterdir():
         name = entry.name
@@ -148,8 +146,10 @@ def _migrations() -> list[tuple[int, str, str]]:
 
 
 async def migrate(pool: asyncpg.Pool) -> list[str]:
-    """Apply pending migrations, then load the controller's secret into this process
-    (``activities.sealing``); returns the names applied (empty when up to date)."""
+    """Apply pending migrations; returns the names applied (empty when up to date).
+
+    The controller's secret is then loaded by the caller (``activities.sealing.load_secret``),
+    which this layer below the activities does not import."""
     applied: list[str] = []
     async with pool.acquire() as conn:
         # A replica starting beside another waits for its migrations, however long they take
@@ -184,5 +184,4 @@ async def migrate(pool: asyncpg.Pool) -> list[str]:
                 log.info("applied migration %s", name)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
-    await load_secret(pool)
     return applied

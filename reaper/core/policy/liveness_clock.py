@@ -1,0 +1,108 @@
+"""The clock of a liveness: when it must next look, what a passed deadline grants, and how the
+clock moves a worker (``running`` -> ``stalled`` -> ``lost``; only beats go back), with the
+reap and the automatic retirement that follow.
+
+Pure: no I/O, no Temporal; each function takes the run's one value and the time, updates
+the value and returns lines for the log. Table-tested in tests/policy/test_liveness_machine.py.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from reaper.core.contract import ReasonInput, WorkerState
+from reaper.core.liveness_state import LivenessState
+from reaper.core.policy import liveness as policy
+from reaper.core.policy.fleet import retire_due
+from reaper.core.policy.liveness_due import timings_of
+
+DEADLINE_SLACK_S = 0.25
+"""Timers fire this long after their deadline, never on it: ``workflow.now()`` of one
+activation can differ by milliseconds between the first run and a replay (seen when the SDK
+regroups back-to-back workflow tasks), and a decision taken on the boundary itself would
+then differ too: a non-determinism error."""
+
+
+def automatic_retire_due(live: LivenessState) -> datetime | None:
+    """When a lost worker whose reap is done is retired automatically (§5.1), if so (UTC)."""
+    if (
+        live.state is not WorkerState.lost
+        or live.recorded_state is not WorkerState.lost
+        or live.reap_request is not None
+        or live.retire_request is not None
+        or live.state_since is None
+    ):
+        return None
+    return retire_due(live.state_since, timings_of(live).retire_after)
+
+
+def next_deadline(live: LivenessState) -> datetime | None:
+    """When the liveness must next look at the clock (UTC), or ``None``: the earliest of
+    its time rules (``policy.time_rules``: stall, lost, outage grace, reap and retire
+    retries, automatic retirement)."""
+    t = timings_of(live)
+    times = []
+    if live.last_heartbeat_at is not None:
+        due = policy.next_deadline(
+            live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
+        )
+        if due is not None:
+            times.append(due)
+    times += [
+        at
+        for at in (live.reap_retry_at, live.retire_retry_at, automatic_retire_due(live))
+        if at is not None
+    ]
+    return min(times) if times else None
+
+
+def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> list[str]:
+    """A deadline passed: grant the outage grace if it was judged late (rule 8); a reap or
+    retirement retry whose time came is due again. Returns lines for the log."""
+    t = timings_of(live)
+    notes: list[str] = []
+    grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
+    if grace is not None and live.state is not WorkerState.lost:
+        # The controller or Temporal was down: the worker's silence is no evidence.
+        live.grace_until = max(grace, live.grace_until or grace)
+        late = (now - deadline).total_seconds()
+        notes.append(f"deadline judged {late}s late: grace until {live.grace_until}")
+    if live.reap_retry_at is not None and now >= live.reap_retry_at:
+        live.reap_retry_at = None
+    if live.retire_retry_at is not None and now >= live.retire_retry_at:
+        live.retire_retry_at = None
+    return notes
+
+
+def judge(live: LivenessState, now: datetime) -> list[str]:
+    """Move ``running`` -> ``stalled`` -> ``lost`` as the clock says (only beats go back);
+    request the reap of a worker just lost, and the automatic retirement that fell due.
+    Returns lines for the log."""
+    notes: list[str] = []
+    if live.last_heartbeat_at is None:
+        return notes
+    t = timings_of(live)
+    deadline = policy.next_deadline(
+        live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
+    )
+    if deadline is not None and deadline < now:
+        # Judged late, however the loop got here (a late timer, a run that starts after
+        # the controller was down across a continue-as-new, a signal that woke the loop
+        # first): the same outage grace as a late timer.
+        notes += deadline_passed(live, deadline, now)
+    due = automatic_retire_due(live)
+    if due is not None and now >= due:
+        live.retire_request = ReasonInput(reason=f"lost for {t.retire_after:g}s", actor="reaper")
+        live.retire_automatic = True
+    judged = policy.transition(
+        live.state, live.last_heartbeat_at, now, t.stall_after, t.lost_after, live.grace_until
+    )
+    if judged is None:
+        return notes
+    live.state, live.state_since = judged, now
+    if judged is WorkerState.lost and live.reap_request is None:
+        live.reap_request = ReasonInput(
+            reason=f"no heartbeat for {t.lost_after:g}s", actor="reaper"
+        )
+        live.reap_forced = False
+    return notes

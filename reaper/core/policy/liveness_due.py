@@ -1,0 +1,127 @@
+"""What a liveness's loop has to do: the steps, in their fixed order, due for the run's one
+value (``reaper.core.liveness_state.LivenessState``). "Is there work?" is ``bool(due_steps(live))``.
+
+Pure: no I/O, no Temporal; table-tested in tests/policy/test_liveness_machine.py.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from reaper.core.contract import WorkerState
+from reaper.core.liveness_state import LivenessState
+from reaper.core.models import Timings
+from reaper.core.policy import liveness as policy
+
+
+class Step(str, Enum):
+    """What the liveness's loop runs, in this order in each turn (:data:`ORDER`): the state
+    is recorded before anything acts on it (the reap and the collector read it from
+    Postgres), a reap runs only once ``lost`` is recorded, and reports are forwarded only
+    once the worker's latest return is recorded."""
+
+    record = "record"
+    """Write the worker's state (a change, a return, a new boot) to ``reaper.workers``."""
+    refresh = "refresh"
+    """Only ``last_heartbeat_at`` lags: refresh the row (§5.3)."""
+    pin = "pin"
+    """Write a key pinned by a beat to ``reaper.agent_keys`` (§5.2)."""
+    drain = "drain"
+    """Set or clear ``workers.draining``."""
+    reap = "reap"
+    """Run a ``WorkerReap`` child."""
+    retire = "retire"
+    """Retire the worker (§5.1)."""
+    stage = "stage"
+    """Stage queued chunks of large reports in Postgres."""
+    forward = "forward"
+    """Hand queued complete reports to the collector."""
+    show = "show"
+    """Upsert the search attributes shown in the Web UI (CONTRACT.md §2)."""
+
+
+ORDER = tuple(Step)
+
+
+def timings_of(live: LivenessState) -> Timings:
+    assert live.timings is not None, "the run's timings are loaded before it decides"
+    return live.timings
+
+
+def needs(step: Step, live: LivenessState) -> bool:
+    """Whether ``step`` is due for ``live`` now (the loop asks again before each step, as
+    the steps before it may have changed the value)."""
+    if step is Step.record:
+        return _need_record(live)
+    if step is Step.refresh:
+        return _need_refresh(live)
+    if step is Step.pin:
+        return live.agent_key is not None and not live.agent_key_recorded
+    if step is Step.drain:
+        return live.drain_request is not None
+    if step is Step.reap:
+        return (
+            live.reap_request is not None
+            and live.reap_retry_at is None
+            and live.recorded_state is WorkerState.lost
+            and live.recorded_forced == live.reap_forced
+        )
+    if step is Step.retire:
+        return (
+            live.retire_request is not None
+            and live.retire_retry_at is None
+            and live.state is not WorkerState.retired
+        )
+    if step is Step.stage:
+        return bool(live.chunks)
+    if step is Step.forward:
+        return (
+            bool(live.unforwarded)
+            and live.recorded_state is WorkerState.running
+            and live.recorded_return == live.returned_at
+        )
+    return shown_values(live) != live.shown
+
+
+def due_steps(live: LivenessState) -> list[Step]:
+    """Every step due now, in :data:`ORDER` ("is there work?": ``bool(due_steps(live))``).
+    A state record and a refresh exclude each other: a record writes the beat too."""
+    steps = [step for step in ORDER if needs(step, live)]
+    if Step.record in steps and Step.refresh in steps:
+        steps.remove(Step.refresh)
+    return steps
+
+
+def _need_record(live: LivenessState) -> bool:
+    """A state change, a return or a new boot to write (and, in runs recorded before the
+    ``lean-start`` patch, a lagging ``last_heartbeat_at``)."""
+    if live.last_heartbeat_at is None or live.state is WorkerState.retired:
+        return False
+    if live.recorded_state is not live.state or live.recorded_boot_id != live.boot_id:
+        return True
+    if live.recorded_forced != (live.reap_forced and live.state is WorkerState.lost):
+        return True
+    if live.state is WorkerState.running and live.recorded_return != live.returned_at:
+        return True
+    return not live.features.local_writes and _need_refresh(live)
+
+
+def _need_refresh(live: LivenessState) -> bool:
+    if live.last_heartbeat_at is None or live.state is WorkerState.retired:
+        return False
+    t = timings_of(live)
+    return policy.row_refresh_due(
+        live.last_heartbeat_at,
+        live.recorded_heartbeat_at,
+        t.stall_after,
+        t.heartbeat_interval if live.features.refresh_at_bound else None,
+    )
+
+
+def shown_values(live: LivenessState) -> tuple[str, int]:
+    """``(ReaperState, ReaperMissing)`` as the Web UI should show them (CONTRACT.md §2):
+    ``draining`` for a running worker that drains."""
+    shown = live.state.value
+    if live.draining and live.state is WorkerState.running:
+        shown = "draining"
+    return shown, sum(status.missing for status in live.collected.values())
