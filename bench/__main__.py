@@ -37,14 +37,16 @@ FULL = dict(
     big=dict(size=100_000, iterations=5),
     fleet=dict(workers=1000, victims=10, hb=10, stall=20, lost=30),
     memory=dict(sizes=[1000, 5000], hb=60, budget=120),
+    cost=dict(workers=200, sample=20, scale=1.0),
     scale=dict(workers=10_000, hb=60, stall=180, lost=300, steady=600, budget=300, silent=5),
 )
 QUICK = dict(
     writes=dict(workers=20, rows=50, rounds=3, interval=1.0),
-    throughput=dict(workers=40, beats=6, rounds=1),
+    throughput=dict(workers=20, beats=4, rounds=1),
     big=dict(size=10_000, iterations=2),
-    fleet=dict(workers=100, victims=10, hb=1, stall=2, lost=5),
-    memory=dict(sizes=[100, 300], hb=30, budget=30),
+    fleet=dict(workers=40, victims=3, hb=2, stall=4, lost=8),
+    memory=dict(sizes=[40, 120], hb=30, budget=30),
+    cost=dict(workers=10, sample=4, scale=0.2),
     scale=dict(workers=60, hb=2, stall=4, lost=8, steady=12, budget=60, silent=3),
 )
 MAIN_TIMINGS = {
@@ -152,8 +154,9 @@ async def measure(
     controller_cache: int | None = None,
     keep: bool = False,
     scale: bool = False,
+    controller_runner: str | None = None,
 ) -> None:
-    from bench import bigreport, e2e, failover, history, memory, throughput, writes
+    from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
     from bench import scale as bench_scale
     from bench.env import BenchEnv
 
@@ -179,7 +182,7 @@ async def measure(
             if m is not None:
                 run.record(m)
 
-    env = await BenchEnv.start(controller_cache)
+    env = await BenchEnv.start(controller_cache, controller_runner)
     env.keep = keep
     try:
         run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
@@ -202,7 +205,8 @@ async def measure(
             t = sizes["throughput"]
             record(
                 await phase(
-                    ("1", "1s"), throughput.run(env, main, t["workers"], t["beats"], t["rounds"])
+                    ("1", "1b", "1s"),
+                    throughput.run(env, main, t["workers"], t["beats"], t["rounds"]),
                 )
             )
         b = sizes["big"]
@@ -211,20 +215,36 @@ async def measure(
             record(await phase(("3b",), e2e.run(env.client, main, b["size"])))
             main.stop()
 
-        if want("4a", "4b", "5a"):
+        if want("8a", "9"):
+            c = sizes["cost"]
+            record(
+                await phase(
+                    ("8a", "9"),
+                    cost.run(
+                        env,
+                        cost.scaled_timings(c["scale"]),
+                        c["workers"],
+                        c["sample"],
+                        run.progress,
+                    ),
+                )
+            )
+
+        if want("4a", "4b", "4c", "4d", "4e", "5a"):
             f = sizes["fleet"]
             fleet_ctl = await env.start_controller("fleet", timings(f["hb"], f["stall"], f["lost"]))
             run.progress(f"controller 'fleet' pid {fleet_ctl.pid} ({fleet_ctl.timings})")
             res = await phase(
-                ("4a", "4b"),
+                ("4a", "4b", "4c", "4d", "4e"),
                 failover.run(
-                    env.client,
+                    env,
                     fleet_ctl,
                     f["workers"],
                     f["victims"],
                     float(f["lost"]),
                     float(f["hb"]),
                     run.progress,
+                    hog=want("4d", "4e"),
                 ),
             )
             record(res[0] if res else None)
@@ -232,7 +252,7 @@ async def measure(
             record(await phase(("5a",), history.per_heartbeat(env.client, quiet, "steady-0000")))
             fleet_ctl.stop()
 
-        if want("6"):
+        if want("6", "8b"):
             mem = sizes["memory"]
             mem_ctl = await env.start_controller(
                 "memory", timings(mem["hb"], 2 * mem["hb"], 5 * mem["hb"])
@@ -240,9 +260,9 @@ async def measure(
             run.progress(f"controller 'memory' pid {mem_ctl.pid} ({mem_ctl.timings})")
             record(
                 await phase(
-                    ("6",),
+                    ("6", "8b"),
                     memory.run(
-                        env.client,
+                        env,
                         mem_ctl,
                         mem["sizes"],
                         float(mem["hb"]),
@@ -259,7 +279,7 @@ async def measure(
     if want(*SCALE) and (run.quick or scale):
         # A stack of its own: the earlier phases leave thousands of workflows on the dev
         # server (1.3 GiB, busy on its own), which cut registration to 3 workers/s.
-        senv = await BenchEnv.start(controller_cache)
+        senv = await BenchEnv.start(controller_cache, controller_runner)
         senv.keep = keep
         try:
             run.progress(f"scale stack up: dev server {senv.address}, Postgres in {senv.root}")
@@ -321,7 +341,11 @@ def write_markdown(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, < 60 s)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (a smoke run, 3 to 4 minutes on 2 shared cores)",
+    )
     p.add_argument(
         "--only",
         metavar="IDS",
@@ -333,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="diagnostic: run the controllers with the SDK's sticky workflow cache "
         "(max_cached_workflows) forced to N instead of worker.py's setting",
+    )
+    p.add_argument(
+        "--controller-runner",
+        choices=["unsandboxed"],
+        help="diagnostic: run the controllers' workflows without the SDK's sandbox "
+        "(UnsandboxedWorkflowRunner) instead of worker.py's runner",
     )
     p.add_argument(
         "--scale",
@@ -370,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.controller_cache,
                 args.keep,
                 args.scale,
+                args.controller_runner,
             )
         )
     except KeyboardInterrupt:

@@ -15,6 +15,8 @@ import os
 import shutil
 import sys
 import tempfile
+import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.server import ServerMeter
 from reaper.kit.controller import Controller as KitController
 from reaper.kit.controller import until_polled
 from reaper.kit.postgres import EmbeddedPostgres
@@ -33,15 +36,19 @@ from reaper.kit.temporal import DevServer
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench")
 
-CACHE_WRAPPER = (
+WRAPPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); import worker;"
-    " from temporalio.worker import Worker;"
-    " worker.Worker = lambda *a, **k:"
-    " Worker(*a, **{**k, 'max_cached_workflows': int(sys.argv[2])});"
+    " from temporalio.worker import UnsandboxedWorkflowRunner, Worker;"
+    " cache = int(sys.argv[2]);"
+    " worker.Worker = (lambda *a, **k: Worker(*a, **{**k, 'max_cached_workflows': cache}))"
+    " if cache else Worker;"
+    " worker.workflow_runner = UnsandboxedWorkflowRunner if sys.argv[3] == 'unsandboxed'"
+    " else worker.workflow_runner;"
     " sys.exit(worker.main())"
 )
-"""``--controller-cache N`` (a diagnostic, not the default): worker.py with the SDK's sticky
-workflow cache (``max_cached_workflows``) forced to N instead of worker.py's own setting."""
+"""Diagnostics (not the default): worker.py with the SDK's sticky workflow cache
+(``max_cached_workflows``) forced (``--controller-cache N``; 0 keeps worker.py's), or its
+workflows run without the sandbox (``--controller-runner unsandboxed``)."""
 
 
 def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
@@ -61,11 +68,19 @@ class Controller(KitController):
     timings, whose resident memory and CPU time psutil reads."""
 
     def __init__(
-        self, name: str, address: str, db_url: str, timings: dict[str, str], **kwargs: object
+        self,
+        name: str,
+        address: str,
+        db_url: str,
+        timings: dict[str, str],
+        sdk_metrics_port: int = 0,
+        **kwargs: object,
     ) -> None:
         super().__init__(address, db_url, name=name, **kwargs)  # type: ignore[arg-type]
         self.db_url = db_url
         self.timings = timings
+        self.sdk_metrics_port = sdk_metrics_port
+        """``REAPER_SDK_METRICS_PORT``: the Temporal SDK's own series (``temporal_*``)."""
 
     @property
     def heartbeat_interval(self) -> float:
@@ -81,6 +96,51 @@ class Controller(KitController):
         return t.user + t.system
 
 
+class NoopWorker(Child):
+    """The baselines' worker process (``python -m bench.noop``, the kit's :class:`Child`) on
+    a task queue of its own, and how to read it: its CPU time and its count of handled
+    signals, served on ``metrics_port``."""
+
+    def __init__(self, address: str, task_queue: str, log_path: Path) -> None:
+        self.task_queue = task_queue
+        self.metrics_port = free_port()
+        super().__init__(
+            "noop worker",
+            [sys.executable, "-m", "bench.noop", address, task_queue, str(self.metrics_port)],
+            {**os.environ, "PYTHONUNBUFFERED": "1"},
+            log_path=log_path,
+            restart=False,
+            cwd=ROOT,
+        )
+
+    def cpu_seconds(self) -> float:
+        t = psutil.Process(self.pid).cpu_times()
+        return t.user + t.system
+
+    def handled(self, first: bool = False) -> float:
+        """Signals its ``BenchNoop`` workflows have handled so far (not counting replays); with
+        ``first``, workflows that have handled their first signal (registrations)."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        name = "bench_noop_first_signals_total " if first else "bench_noop_signals_total "
+        for line in text.splitlines():
+            if line.startswith(name):
+                return float(line.split()[1])
+        return 0.0
+
+    async def wait_handled(
+        self, count: float, timeout: float, poll: float = 0.05, first: bool = False
+    ) -> float:
+        """Poll until :meth:`handled` reaches ``count``; seconds waited. Raises TimeoutError."""
+        start = time.monotonic()
+        while await asyncio.to_thread(self.handled, first) < count:
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"no-op worker: {count:g} signals not handled in {timeout:g}s")
+            await asyncio.sleep(poll)
+        return time.monotonic() - start
+
+
 @dataclass
 class BenchEnv:
     """The stack of one bench run (the kit's pieces); ``await BenchEnv.start()``, then
@@ -94,6 +154,10 @@ class BenchEnv:
     controllers: list[Controller] = field(default_factory=list)
     others: list[Child] = field(default_factory=list)
     controller_cache: int | None = None
+    controller_runner: str | None = None
+    """``unsandboxed``: the controllers run their workflows without the sandbox (diagnostic)."""
+    metrics_port: int = 0
+    """The dev server's Prometheus port (``--metrics-port``; bench/server.py reads it)."""
     keep: bool = False
     """Keep the temporary directory (controller and worker logs) after :meth:`close`."""
 
@@ -107,14 +171,30 @@ class BenchEnv:
         assert self.temporal is not None
         return self.temporal.address
 
+    def server(self) -> ServerMeter:
+        """The dev server's CPU time and counters (bench/server.py)."""
+        return ServerMeter(self.metrics_port)
+
     @classmethod
-    async def start(cls, controller_cache: int | None = None) -> BenchEnv:
-        env = cls(Path(tempfile.mkdtemp(prefix="reaper-bench-")), controller_cache=controller_cache)
+    async def start(
+        cls, controller_cache: int | None = None, controller_runner: str | None = None
+    ) -> BenchEnv:
+        env = cls(
+            Path(tempfile.mkdtemp(prefix="reaper-bench-")),
+            controller_cache=controller_cache,
+            controller_runner=controller_runner,
+        )
         try:
             env.pg = EmbeddedPostgres(env.root / "pg")
             env.pg_url = await asyncio.to_thread(env.pg.start)
-            # In memory, search attributes registered; the kit returns once it serves.
-            env.temporal = DevServer(env.root / "temporal.log", log_level="error")
+            # In memory, search attributes registered, its Prometheus endpoint served; the kit
+            # returns once it serves.
+            env.metrics_port = free_port()
+            env.temporal = DevServer(
+                env.root / "temporal.log",
+                log_level="error",
+                extra_args=["--metrics-port", str(env.metrics_port)],
+            )
             await env.temporal.up()
             env.client_ = await Client.connect(
                 env.temporal.address, data_converter=pydantic_data_converter
@@ -149,20 +229,23 @@ class BenchEnv:
             db_url = await self.create_database(db_name or f"bench_{name}")
             tq = f"bench-{name}-{uuid.uuid4().hex[:6]}"
         argv: tuple[str, ...] = ("-c", "import sys, worker; sys.exit(worker.main())")
-        if self.controller_cache is not None:
-            argv = ("-c", CACHE_WRAPPER, str(ROOT), str(self.controller_cache))
+        if self.controller_cache is not None or self.controller_runner is not None:
+            cache, runner = str(self.controller_cache or 0), self.controller_runner or "default"
+            argv = ("-c", WRAPPER, str(ROOT), cache, runner)
+        sdk_port = free_port()
         c = Controller(
             name,
             self.address,
             db_url,
             timings,
+            sdk_port,
             task_queue=tq,
             settings={
                 **timings,
                 "REAPER_STATE_DIR": str(self.root / f"state-{name}"),
                 # Ports of its own: replicas run side by side (metrics served, as in production).
                 "REAPER_METRICS_PORT": str(free_port()),
-                "REAPER_SDK_METRICS_PORT": str(free_port()),
+                "REAPER_SDK_METRICS_PORT": str(sdk_port),
             },
             log_path=self.root / f"controller-{name}.log",
             argv=argv,
@@ -173,22 +256,18 @@ class BenchEnv:
         await c.until_polling(self.client)
         return c
 
-    def start_noop_worker(self, task_queue: str) -> Child:
-        """The baseline's worker process: a no-op workflow, same Worker settings."""
-        child = Child(
-            "noop worker",
-            [sys.executable, "-m", "bench.noop", self.address, task_queue],
-            {**os.environ, "PYTHONUNBUFFERED": "1"},
-            log_path=self.root / "noop-worker.log",
-            restart=False,
-            cwd=ROOT,
-        )
-        child.start()
-        self.others.append(child)
-        return child
+    def start_noop_worker(self, task_queue: str) -> NoopWorker:
+        """The baselines' worker process (bench/noop.py): the no-op workflows, unsandboxed, with
+        the SDK's default ``Worker`` settings; its count of handled signals on a port of its
+        own."""
+        noop = NoopWorker(self.address, task_queue, self.root / f"noop-worker-{task_queue}.log")
+        noop.start()
+        self.others.append(noop)
+        return noop
 
-    async def wait_noop(self, child: Child, task_queue: str) -> None:
-        await until_polled(self.client, task_queue, child)
+    async def wait_noop(self, noop: NoopWorker) -> None:
+        """Return once the no-op worker polls its task queue (the kit's ``until_polled``)."""
+        await until_polled(self.client, noop.task_queue, noop)
 
     async def close(self) -> None:
         """Stop every process this run started and delete the temporary directory.

@@ -150,13 +150,22 @@ async def task_latencies(
     return waits, runs
 
 
+def quantile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``xs`` by the nearest rank; 0 for none."""
+    if not xs:
+        return 0.0
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
 def spread(xs: list[float]) -> str:
-    """``median a s, p95 b s, max c s`` of a list of durations."""
+    """``median a s, p95 b s, p99 c s, max d s`` of a list of durations."""
     if not xs:
         return "none"
-    s = sorted(xs)
-    p95 = s[min(len(s) - 1, int(0.95 * len(s)))]
-    return f"median {statistics.median(s):.3f} s, p95 {p95:.3f} s, max {s[-1]:.3f} s"
+    return (
+        f"median {statistics.median(xs):.3f} s, p95 {quantile(xs, 0.95):.3f} s, "
+        f"p99 {quantile(xs, 0.99):.3f} s, max {max(xs):.3f} s"
+    )
 
 
 _SHORT = {

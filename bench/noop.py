@@ -1,9 +1,24 @@
-"""The baseline of the heartbeat throughput: a workflow whose ``heartbeat`` handler only counts.
+"""The baselines of the bench: the cheapest workflows Temporal's Python SDK can run.
 
-``python -m bench.noop ADDRESS TASK_QUEUE`` runs it in a worker process of its own, with the
-same ``Worker`` settings and data converter as the controller (worker.py), so that the bench
-compares reaper's ``WorkerLiveness`` with the cheapest possible signal handler on the same
-server.
+``python -m bench.noop ADDRESS TASK_QUEUE METRICS_PORT`` runs them in a worker process of
+their own, with the SDK's default ``Worker`` settings, the default data converter and **no
+sandbox** (``UnsandboxedWorkflowRunner``): the floor reaper is measured against is the
+cheapest way to do the same work in Python, not a workflow that carries reaper's own overheads
+(the sandbox, worker.py's concurrency settings, the pydantic converter). One setting differs
+from the SDK's defaults, in the direction of cheaper: the workflow cache holds 10,000
+workflows (the default, 1,000, would make the no-op replay its history on every beat once
+metric 8b's fleet passes 1,000 workflows).
+
+- ``BenchNoop``: a workflow whose ``heartbeat`` handler only counts (metrics 1, 8 and 9: a
+  beat, a registration by signal-with-start of a new id);
+- ``BenchSleeper``: a workflow that sleeps for its input's seconds and ends (metric 4a: the
+  timer a judgement after ``LOST_AFTER`` cannot beat).
+
+The bench learns that a signal was handled without asking Temporal (a query would cost the
+server a round trip to this worker): the process counts handled signals in a Prometheus
+counter, ``bench_noop_signals_total`` (and ``bench_noop_first_signals_total``: workflows
+that handled their first signal, i.e. registrations), served on ``METRICS_PORT``. A replay
+(after a cache eviction) does not count a signal again.
 """
 
 from __future__ import annotations
@@ -12,9 +27,14 @@ import asyncio
 import os
 import signal
 import sys
+from datetime import timedelta
 from typing import Any
 
+from prometheus_client import Counter
 from temporalio import workflow
+
+HANDLED = Counter("bench_noop_signals", "heartbeat signals handled by BenchNoop (not replays)")
+FIRST = Counter("bench_noop_first_signals", "BenchNoop workflows that handled their first signal")
 
 
 @workflow.defn(name="BenchNoop")
@@ -28,6 +48,10 @@ class BenchNoop:
     @workflow.signal(name="heartbeat")
     def heartbeat(self, raw: Any) -> None:
         self.count += 1
+        if not workflow.unsafe.is_replaying():
+            HANDLED.inc()
+            if self.count == 1:
+                FIRST.inc()
         if isinstance(raw, dict) and isinstance(raw.get("seq"), int):
             self.last_seq = max(self.last_seq, raw["seq"])
 
@@ -40,31 +64,38 @@ class BenchNoop:
         await workflow.wait_condition(lambda: self.count < 0)  # never: lives like a liveness
 
 
-async def _serve(address: str, task_queue: str) -> None:
-    from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.worker import Worker
+@workflow.defn(name="BenchSleeper")
+class BenchSleeper:
+    """Sleeps ``seconds`` (its input, a number) with one timer, then ends."""
 
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    @workflow.run
+    async def run(self, seconds: float) -> None:
+        await workflow.sleep(timedelta(seconds=seconds))
+
+
+async def _serve(address: str, task_queue: str, metrics_port: int) -> None:
+    from prometheus_client import start_http_server
+    from temporalio.client import Client
+    from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+    start_http_server(metrics_port, addr="127.0.0.1")
+    client = await Client.connect(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    from bench.noop import BenchNoop as Noop  # not __main__'s copy: the sandbox imports it
-    from reaper.infra.temporal import workflow_runner
-
-    # The same settings as worker.py's controller Worker.
+    # The SDK's defaults but for the runner (no sandbox) and a cache that holds every workflow.
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[Noop],
-        max_concurrent_activities=64,
-        workflow_runner=workflow_runner(),
+        workflows=[BenchNoop, BenchSleeper],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+        max_cached_workflows=10_000,
     ):
         await stop.wait()
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(sys.argv[1], sys.argv[2]))
+    asyncio.run(_serve(sys.argv[1], sys.argv[2], int(sys.argv[3])))
     sys.stdout.flush()
     os._exit(0)  # the SDK can abort at interpreter exit (docs/platform-notes.md)

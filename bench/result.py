@@ -6,12 +6,16 @@ from dataclasses import dataclass, field
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("1", "heartbeat throughput"),
+    ("1b", "heartbeat throughput, 50-handle reports"),
     ("1s", "signed heartbeat throughput"),
     ("2", "writes per unchanged report"),
     ("3a", "big report: reconcile DB time"),
     ("3b", "big report: end to end"),
     ("4a", "lost after last beat"),
     ("4b", "replacement after last beat"),
+    ("4c", "workflow-task queue wait"),
+    ("4d", "lost after last beat, CPU hog beside"),
+    ("4e", "replacement after last beat, CPU hog beside"),
     ("5a", "history per heartbeat"),
     ("5b", "longest liveness run"),
     ("6", "controller memory"),
@@ -19,6 +23,9 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("7b", "scale: false stalls"),
     ("7c", "scale: replica memory"),
     ("7d", "scale: lost after last beat"),
+    ("8a", "registration: server cost"),
+    ("8b", "registration rate"),
+    ("9", "steady beat: server cost"),
 )
 """Every metric the bench prints, in order: ``[id] name: ...`` (tests check each is there).
 The 7s run in ``--quick`` and, at full size (about 20 minutes), only with ``--scale``."""

@@ -44,6 +44,7 @@ async def send_heartbeat(
     *,
     worker: str | None = None,
     rpc_timeout: float | None = None,
+    workflow: str | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """One heartbeat, as an agent sends it: signal-with-start of ``heartbeat`` on
     ``liveness-{worker}`` (the workflow started on ``task_queue`` if it is not running).
@@ -52,6 +53,9 @@ async def send_heartbeat(
         payload: the heartbeat (any JSON value: the controller judges it, not this function).
         worker: whose liveness receives it; ``payload["worker"]`` when ``None``.
         rpc_timeout: seconds for the call; the client's default when ``None``.
+        workflow: send it to a workflow of this type instead, id ``{workflow}-{worker}``,
+            started without input: a baseline taking the same beats as reaper's liveness
+            (the bench's ``BenchNoop``, bench/noop.py).
 
     Returns:
         A handle of the liveness.
@@ -61,9 +65,9 @@ async def send_heartbeat(
     """
     name = worker or str(payload["worker"])
     return await client.start_workflow(
-        LIVENESS_WORKFLOW,
-        {"worker": name},
-        id=liveness_id(name),
+        workflow or LIVENESS_WORKFLOW,
+        None if workflow else {"worker": name},
+        id=f"{workflow}-{name}" if workflow else liveness_id(name),
         task_queue=task_queue,
         start_signal=HEARTBEAT_SIGNAL,
         start_signal_args=[payload],
@@ -155,10 +159,14 @@ class SimAgent:
         task_queue: str,
         beats: list[dict[str, Any]],
         rpc_timeout: float | None = None,
+        workflow: str | None = None,
     ) -> None:
-        """Send ``beats`` in order; records the last one as accepted once all were."""
+        """Send ``beats`` in order (to a baseline ``workflow`` if given, as
+        :func:`send_heartbeat`); records the last one as accepted once all were."""
         for payload in beats:
-            await send_heartbeat(client, task_queue, payload, rpc_timeout=rpc_timeout)
+            await send_heartbeat(
+                client, task_queue, payload, rpc_timeout=rpc_timeout, workflow=workflow
+            )
         self.last_sent = time.time()
         if self.accepted is not None:
             self.accepted.append((time.monotonic(), int(beats[-1]["seq"])))

@@ -44,6 +44,8 @@ class SimFleet:
         overlap: send an agent's beat when due even while its previous one is in flight (a
             load generator keeping its rate); by default an agent waits for its previous
             beat, as ``reaper agent`` does.
+        workflow: beat a baseline workflow of this type instead of reaper's liveness
+            (:func:`reaper.kit.agents.send_heartbeat`).
 
     A failed beat is counted (``errors``, ``last_error``) and skipped: an agent keeps going
     through an outage. Use as a context manager (sync or async) inside a running loop, or
@@ -61,10 +63,11 @@ class SimFleet:
         query_every: int = 0,
         on_beat: BeatHook | None = None,
         overlap: bool = False,
+        workflow: str | None = None,
     ) -> None:
         self.client, self.tq, self.interval = client, task_queue, interval
         self.send_timeout, self.query_every, self.on_beat = send_timeout, query_every, on_beat
-        self.overlap = overlap
+        self.overlap, self.workflow = overlap, workflow
         self.agents: dict[str, SimAgent] = {}
         self.sem = asyncio.Semaphore(concurrency)
         self.sent = 0
@@ -169,7 +172,9 @@ class SimFleet:
         beats = a.next_beats()
         limit = self.send_timeout + 0.5 if self.send_timeout is not None else None
         try:
-            await asyncio.wait_for(a.send(self.client, self.tq, beats, self.send_timeout), limit)
+            await asyncio.wait_for(
+                a.send(self.client, self.tq, beats, self.send_timeout, self.workflow), limit
+            )
             acked = time.time()
             self.sent += 1
         except Exception as exc:  # counted and shown; an agent keeps going
