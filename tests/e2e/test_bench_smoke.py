@@ -16,8 +16,15 @@ import pytest
 from bench.result import METRICS
 from tests.support.paths import ROOT
 
+TIMEOUT_S = 480
+"""``--quick`` took 137 s on a quiet machine and 236-290 s at load 7-12 on 2 cores with issue
+20's rows (a 280 s limit failed a fresh clone's run once); a run that needs more is a bench
+that no longer stops, not a slow one."""
 
+
+@pytest.mark.smoke
 @pytest.mark.e2e
+@pytest.mark.timeout(TIMEOUT_S + 60)
 def test_quick_bench_prints_every_metric() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
     proc = subprocess.run(
@@ -26,7 +33,7 @@ def test_quick_bench_prints_every_metric() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=TIMEOUT_S,
     )
     out = proc.stdout
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-4000:]}\n{proc.stderr[-4000:]}"

@@ -32,6 +32,7 @@ LAST = re.compile(
 )
 
 
+@pytest.mark.smoke
 @pytest.mark.e2e
 def test_a_short_chaos_campaign_breaks_no_rule() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
