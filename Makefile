@@ -36,37 +36,31 @@ sysdeps:
 	(command -v podman && command -v runc && dpkg -s busybox-static) >/dev/null 2>&1 || \
 		(apt-get update -qq && apt-get install -y -qq podman runc busybox-static >/dev/null)
 
-# Four pytest processes side by side. The time-skipping test server (tests/workflows) and the
+# Three pytest processes side by side. The time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
 # environments alive in one process, docs/platform-notes.md), so the unit and time-skipping
-# tests run in one process; the dev-server tests in two, each with its own dev server and
-# Postgres (E2E_FIRST, the long scenario tests, in one; every other file of tests/e2e in the
-# other, so a new file is never left out); the two smoke runs (marker `smoke`: `python -m
-# bench --quick` and a short chaos campaign, each a command that starts its own stack) in a
-# fourth. The suite mostly waits on real servers and timers (under one core on average over
-# a run), so together they take about as long as the longest process. The other processes'
-# output is kept in .reaper/test-*.log and printed when all have ended; the exit status fails
-# if any failed. The property tests run derandomized here (the same examples on every run, so
-# a red CI is reproducible); `make property` explores new random timelines.
+# tests run in one and the dev-server tests in another; the two smoke tests (marker `smoke`:
+# `python -m bench --quick` and a short chaos campaign, each a command that starts its own
+# stack, four to six minutes together) in a third. The suite mostly waits on real servers and
+# timers (about half a core on average over a serial run), so together they take about as
+# long as the dev-server process alone. The other processes' output is kept in
+# .reaper/test-unit.log and .reaper/test-smoke.log and printed when all have ended; the exit
+# status fails if any failed. The property tests run derandomized here (the same examples on
+# every run, so a red CI is reproducible); `make property` explores new random timelines.
 UNIT_TESTS := tests/core tests/policy tests/activities tests/workflows tests/chaos
-E2E_FIRST := $(addprefix tests/e2e/test_,demo.py replicas.py replay_always.py repair_lost.py \
-	repair.py lock_fault.py controller_logs.py web_ui.py query_race.py stale_clock_repro.py \
-	metrics.py explain.py reap_child_ended.py docs.py compose.py compose_stack.py alerts.py)
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
-E2E_MARKS := -m 'not slow and not upgrade and not smoke'
 test: $(STAMP) sysdeps
 	@mkdir -p .reaper
-	@$(PYTEST) --hypothesis-profile=repeatable $(UNIT_TESTS) > .reaper/test-unit.log 2>&1 & \
-	unit=$$!; \
-	$(PYTEST) -m smoke tests/e2e > .reaper/test-smoke.log 2>&1 & smoke=$$!; \
-	$(PYTEST) $(E2E_MARKS) $(E2E_FIRST) > .reaper/test-e2e-first.log 2>&1 & first=$$!; \
-	$(PYTEST) $(E2E_MARKS) $(addprefix --ignore=,$(E2E_FIRST)) tests/e2e; e2e=$$?; \
-	wait $$unit; u=$$?; wait $$smoke; s=$$?; wait $$first; f=$$?; \
+	@$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
+		$(UNIT_TESTS) > .reaper/test-unit.log 2>&1 & unit=$$!; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m smoke tests/e2e \
+		> .reaper/test-smoke.log 2>&1 & smoke=$$!; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m 'not slow and not upgrade and not smoke' \
+		tests/e2e; e2e=$$?; \
+	wait $$unit; u=$$?; wait $$smoke; s=$$?; \
 	echo "---- $(UNIT_TESTS) (exit $$u):"; cat .reaper/test-unit.log; \
 	echo "---- tests/e2e -m smoke (exit $$s):"; cat .reaper/test-smoke.log; \
-	echo "---- $(E2E_FIRST) (exit $$f):"; cat .reaper/test-e2e-first.log; \
-	echo "---- the rest of tests/e2e (exit $$e2e)"; \
-	test $$e2e -eq 0 -a $$u -eq 0 -a $$s -eq 0 -a $$f -eq 0
+	echo "---- tests/e2e (exit $$e2e)"; \
+	test $$e2e -eq 0 -a $$u -eq 0 -a $$s -eq 0
 
 # The upgrade promise (tests/e2e/test_upgrade.py): the previous release (releases.toml),
 # exported from this repository's history with `git archive`, runs its controller until work
