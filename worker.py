@@ -75,14 +75,15 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             lambda: ensure_search_attributes(client, SEARCH_ATTRIBUTES),
             "registering search attributes",
         )
-        acts = ReaperActivities(pool, settings, gc_pool=gc_pool, replay=replay_check(runtime))
+        replay = replay_check(runtime, settings.workflow_sandbox)
+        acts = ReaperActivities(pool, settings, gc_pool=gc_pool, replay=replay)
         worker = Worker(
             client,
             task_queue=settings.task_queue,
             workflows=ALL_WORKFLOWS,
             activities=acts.all(),
             max_concurrent_activities=64,
-            workflow_runner=workflow_runner(),
+            workflow_runner=workflow_runner(settings.workflow_sandbox),
             # Two workflows per worker (liveness and collector) stay cached: with the SDK's
             # default of 1,000, a fleet past 500 workers replays on every beat (BENCHMARKS.md
             # metric 6).
@@ -106,7 +107,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await pool.close()
 
 
-def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
+def replay_check(runtime: Runtime | None = None, sandboxed: bool = True) -> ReplayCheck:
     """How the repair of a stuck liveness (``activities/repair.py``) tells whether a history
     replays on this controller's code: the SDK's ``Replayer`` with ``ALL_WORKFLOWS``, the
     pydantic data converter and the controller's workflow runner, as ``serve`` runs them.
@@ -114,6 +115,7 @@ def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
     Args:
         runtime: the SDK runtime of the controller's client (one runtime per process); the
             SDK's default when ``None``.
+        sandboxed: replay in the sandbox (``REAPER_WORKFLOW_SANDBOX``; the tests' default).
 
     Returns:
         An async function of a ``WorkflowHistory``: ``None`` if it replays cleanly, else
@@ -123,7 +125,7 @@ def replay_check(runtime: Runtime | None = None) -> ReplayCheck:
     replayer = Replayer(
         workflows=ALL_WORKFLOWS,
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=workflow_runner(sandboxed),
         runtime=runtime,
     )
 

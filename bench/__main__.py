@@ -154,7 +154,7 @@ async def measure(
     controller_cache: int | None = None,
     keep: bool = False,
     scale: bool = False,
-    controller_runner: str | None = None,
+    controller_sandbox: bool = False,
 ) -> None:
     from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
     from bench import scale as bench_scale
@@ -182,7 +182,7 @@ async def measure(
             if m is not None:
                 run.record(m)
 
-    env = await BenchEnv.start(controller_cache, controller_runner)
+    env = await BenchEnv.start(controller_cache, controller_sandbox)
     env.keep = keep
     try:
         run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
@@ -279,7 +279,7 @@ async def measure(
     if want(*SCALE) and (run.quick or scale):
         # A stack of its own: the earlier phases leave thousands of workflows on the dev
         # server (1.3 GiB, busy on its own), which cut registration to 3 workers/s.
-        senv = await BenchEnv.start(controller_cache, controller_runner)
+        senv = await BenchEnv.start(controller_cache, controller_sandbox)
         senv.keep = keep
         try:
             run.progress(f"scale stack up: dev server {senv.address}, Postgres in {senv.root}")
@@ -359,10 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         "(max_cached_workflows) forced to N instead of worker.py's setting",
     )
     p.add_argument(
-        "--controller-runner",
-        choices=["unsandboxed"],
-        help="diagnostic: run the controllers' workflows without the SDK's sandbox "
-        "(UnsandboxedWorkflowRunner) instead of worker.py's runner",
+        "--controller-sandbox",
+        action="store_true",
+        help="diagnostic: run the controllers' workflows in the SDK's sandbox "
+        "(REAPER_WORKFLOW_SANDBOX=true) instead of the default, unsandboxed",
     )
     p.add_argument(
         "--scale",
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.controller_cache,
                 args.keep,
                 args.scale,
-                args.controller_runner,
+                args.controller_sandbox,
             )
         )
     except KeyboardInterrupt:

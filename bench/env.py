@@ -38,17 +38,16 @@ log = logging.getLogger("bench")
 
 WRAPPER = (
     "import sys; sys.path.insert(0, sys.argv[1]); import worker;"
-    " from temporalio.worker import UnsandboxedWorkflowRunner, Worker;"
+    " from temporalio.worker import Worker;"
     " cache = int(sys.argv[2]);"
     " worker.Worker = (lambda *a, **k: Worker(*a, **{**k, 'max_cached_workflows': cache}))"
     " if cache else Worker;"
-    " worker.workflow_runner = UnsandboxedWorkflowRunner if sys.argv[3] == 'unsandboxed'"
-    " else worker.workflow_runner;"
     " sys.exit(worker.main())"
 )
 """Diagnostics (not the default): worker.py with the SDK's sticky workflow cache
-(``max_cached_workflows``) forced (``--controller-cache N``; 0 keeps worker.py's), or its
-workflows run without the sandbox (``--controller-runner unsandboxed``)."""
+(``max_cached_workflows``) forced (``--controller-cache N``; 0 keeps worker.py's). Whether
+the workflows run in the sandbox is a setting (``REAPER_WORKFLOW_SANDBOX``; the bench's
+``--controller-sandbox`` turns it on)."""
 
 
 def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
@@ -154,8 +153,9 @@ class BenchEnv:
     controllers: list[Controller] = field(default_factory=list)
     others: list[Child] = field(default_factory=list)
     controller_cache: int | None = None
-    controller_runner: str | None = None
-    """``unsandboxed``: the controllers run their workflows without the sandbox (diagnostic)."""
+    controller_sandbox: bool = False
+    """The controllers run their workflows in the SDK's sandbox (``REAPER_WORKFLOW_SANDBOX``;
+    diagnostic: the default is off, as in production)."""
     metrics_port: int = 0
     """The dev server's Prometheus port (``--metrics-port``; bench/server.py reads it)."""
     keep: bool = False
@@ -177,12 +177,12 @@ class BenchEnv:
 
     @classmethod
     async def start(
-        cls, controller_cache: int | None = None, controller_runner: str | None = None
+        cls, controller_cache: int | None = None, controller_sandbox: bool = False
     ) -> BenchEnv:
         env = cls(
             Path(tempfile.mkdtemp(prefix="reaper-bench-")),
             controller_cache=controller_cache,
-            controller_runner=controller_runner,
+            controller_sandbox=controller_sandbox,
         )
         try:
             env.pg = EmbeddedPostgres(env.root / "pg")
@@ -229,9 +229,8 @@ class BenchEnv:
             db_url = await self.create_database(db_name or f"bench_{name}")
             tq = f"bench-{name}-{uuid.uuid4().hex[:6]}"
         argv: tuple[str, ...] = ("-c", "import sys, worker; sys.exit(worker.main())")
-        if self.controller_cache is not None or self.controller_runner is not None:
-            cache, runner = str(self.controller_cache or 0), self.controller_runner or "default"
-            argv = ("-c", WRAPPER, str(ROOT), cache, runner)
+        if self.controller_cache is not None:
+            argv = ("-c", WRAPPER, str(ROOT), str(self.controller_cache))
         sdk_port = free_port()
         c = Controller(
             name,
@@ -246,6 +245,7 @@ class BenchEnv:
                 # Ports of its own: replicas run side by side (metrics served, as in production).
                 "REAPER_METRICS_PORT": str(free_port()),
                 "REAPER_SDK_METRICS_PORT": str(sdk_port),
+                "REAPER_WORKFLOW_SANDBOX": str(self.controller_sandbox).lower(),
             },
             log_path=self.root / f"controller-{name}.log",
             argv=argv,

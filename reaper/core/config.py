@@ -167,6 +167,16 @@ class Settings(ConnectionSettings):
     """How long a workflow task waits on the sticky queue of the replica that has the workflow
     cached before any replica may take it (the SDK's ``sticky_queue_schedule_to_start_timeout``,
     10 s by default): the bound on how long a SIGKILLed replica's workflows wait to move."""
+    workflow_sandbox: bool = False
+    """``REAPER_WORKFLOW_SANDBOX``: run the workflows in the Temporal SDK's sandbox, which checks
+    at run time that workflow code calls nothing non-deterministic (``datetime.now``,
+    ``random``, I/O). Off by default: every workflow module is already passed through, so
+    the sandbox only adds its checks, at about 1.3 to 1.8 ms of controller CPU per heartbeat
+    (a sixth of a beat's cost) and 2 to 3 ms per registration (BENCHMARKS.md "Where the
+    controller's CPU goes"; Temporal's sandbox guide lists disabling it as the way to trade
+    those checks for speed). The test suite's in-process controllers always run sandboxed,
+    so every workflow path the tests take is checked. Turn it on when running changed
+    workflow code."""
     ui_port: int = 8233
     metrics_port: int = 9464
     """The controller serves Prometheus text format at ``http://0.0.0.0:PORT/metrics``

@@ -16,7 +16,7 @@ from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKe
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import WorkflowRunner
+from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from reaper.core.contract import DEFAULT_ADDRESS
@@ -132,8 +132,10 @@ async def ensure_search_attributes(
     return sorted(missing)
 
 
-def workflow_runner() -> WorkflowRunner:
-    """The controller's workflow runner: the SDK's sandbox, every module passed through.
+def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:
+    """The controller's workflow runner: the SDK's sandbox with every module passed through,
+    or (``sandboxed=False``, ``REAPER_WORKFLOW_SANDBOX=false``, the default of ``serve``)
+    no sandbox at all.
 
     The default sandbox imports each workflow module afresh for every workflow run: with two
     long-lived workflows per worker that cost about 220 KiB of memory and 60 ms of CPU per
@@ -141,9 +143,19 @@ def workflow_runner() -> WorkflowRunner:
     costs about half of each. The sandbox's runtime checks (``datetime.now``, ``random``,
     I/O in workflow code) still apply; what is given up is re-importing, which only guards
     against module-level state and import-time side effects, which the workflow modules
-    never have (docs/platform-notes.md). The in-process controllers of ``tests/`` keep the default
-    sandbox, so the suite still catches a workflow module that would need it.
+    never have (docs/platform-notes.md). Without the sandbox those checks go too, and each
+    activation costs about 1.3 to 1.8 ms less (issue 20, BENCHMARKS.md). The in-process
+    controllers of ``tests/`` keep the SDK's default sandbox, so the suite still catches a
+    workflow module that would need it.
+
+    Args:
+        sandboxed: run the workflows in the sandbox (modules passed through) or not.
+
+    Returns:
+        A ``SandboxedWorkflowRunner`` or an ``UnsandboxedWorkflowRunner``.
     """
+    if not sandboxed:
+        return UnsandboxedWorkflowRunner()
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
     )
