@@ -25,6 +25,7 @@ import psutil
 
 from bench.env import timings
 from bench.result import METRICS, SCALE, Metric, markdown_table, table
+from reaper.core.policy.rollout import RELEASE_LINES
 
 # The fleet (metric 4) beats at the contract's default interval, 10 s: 1,000 workers are then
 # 100 beats/s, the load they would put on a controller in production; a 2 s interval would be
@@ -155,6 +156,7 @@ async def measure(
     keep: bool = False,
     scale: bool = False,
     controller_sandbox: bool = False,
+    peer_version: str = RELEASE_LINES[-1],
 ) -> None:
     from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
     from bench import scale as bench_scale
@@ -182,7 +184,7 @@ async def measure(
             if m is not None:
                 run.record(m)
 
-    env = await BenchEnv.start(controller_cache, controller_sandbox)
+    env = await BenchEnv.start(controller_cache, controller_sandbox, peer_version)
     env.keep = keep
     try:
         run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
@@ -279,7 +281,7 @@ async def measure(
     if want(*SCALE) and (run.quick or scale):
         # A stack of its own: the earlier phases leave thousands of workflows on the dev
         # server (1.3 GiB, busy on its own), which cut registration to 3 workers/s.
-        senv = await BenchEnv.start(controller_cache, controller_sandbox)
+        senv = await BenchEnv.start(controller_cache, controller_sandbox, peer_version)
         senv.keep = keep
         try:
             run.progress(f"scale stack up: dev server {senv.address}, Postgres in {senv.root}")
@@ -359,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         "(max_cached_workflows) forced to N instead of worker.py's setting",
     )
     p.add_argument(
+        "--peer-version",
+        choices=list(RELEASE_LINES),
+        default=RELEASE_LINES[-1],
+        help="the controllers' REAPER_PEER_VERSION (default: this code's own line, as a "
+        "fleet with no older controller runs)",
+    )
+    p.add_argument(
         "--controller-sandbox",
         action="store_true",
         help="diagnostic: run the controllers' workflows in the SDK's sandbox "
@@ -386,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m bench"] + (argv if argv is not None else sys.argv[1:]))
     info = machine()
     run = Run(quick=args.quick, started=time.monotonic(), metrics=[], errors=[])
+    info["controllers"] = (
+        f"REAPER_PEER_VERSION={args.peer_version}, "
+        f"REAPER_WORKFLOW_SANDBOX={str(args.controller_sandbox).lower()}"
+    )
     run.progress(f"{command}: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     # A SIGTERM stops the bench as Ctrl-C does, so its stack is stopped on the way out (a
     # plain SIGTERM left the dev server, Postgres and the controllers running).
@@ -401,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.keep,
                 args.scale,
                 args.controller_sandbox,
+                args.peer_version,
             )
         )
     except KeyboardInterrupt:

@@ -27,6 +27,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench.server import ServerMeter
+from reaper.core.policy.rollout import RELEASE_LINES
 from reaper.kit.controller import Controller as KitController
 from reaper.kit.controller import until_polled
 from reaper.kit.postgres import EmbeddedPostgres
@@ -154,6 +155,10 @@ class BenchEnv:
     others: list[Child] = field(default_factory=list)
     controller_cache: int | None = None
     controller_sandbox: bool = False
+    peer_version: str = RELEASE_LINES[-1]
+    """The controllers' ``REAPER_PEER_VERSION``: this code's own line (a fleet with no older
+    controller, as after an upgrade's last step or on a new install), so the bench measures
+    the commands such a fleet gives; ``--peer-version 1.0`` measures the previous line's."""
     """The controllers run their workflows in the SDK's sandbox (``REAPER_WORKFLOW_SANDBOX``;
     diagnostic: the default is off, as in production)."""
     metrics_port: int = 0
@@ -177,12 +182,16 @@ class BenchEnv:
 
     @classmethod
     async def start(
-        cls, controller_cache: int | None = None, controller_sandbox: bool = False
+        cls,
+        controller_cache: int | None = None,
+        controller_sandbox: bool = False,
+        peer_version: str = RELEASE_LINES[-1],
     ) -> BenchEnv:
         env = cls(
             Path(tempfile.mkdtemp(prefix="reaper-bench-")),
             controller_cache=controller_cache,
             controller_sandbox=controller_sandbox,
+            peer_version=peer_version,
         )
         try:
             env.pg = EmbeddedPostgres(env.root / "pg")
@@ -246,6 +255,7 @@ class BenchEnv:
                 "REAPER_METRICS_PORT": str(free_port()),
                 "REAPER_SDK_METRICS_PORT": str(sdk_port),
                 "REAPER_WORKFLOW_SANDBOX": str(self.controller_sandbox).lower(),
+                "REAPER_PEER_VERSION": self.peer_version,
             },
             log_path=self.root / f"controller-{name}.log",
             argv=argv,

@@ -11,6 +11,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from reaper.core.policy import liveness as policy
+    from reaper.core.policy.liveness_clock import rearm_due
     from reaper.core.policy.liveness_machine import DEADLINE_SLACK_S
 
 
@@ -32,7 +33,9 @@ class DeadlineTimer:
     A heartbeat moves the deadline later but does not touch the timer: when it fires early,
     the loop finds the worker still running and arms the next one. So steady beats cost no
     timer events beyond one per ``STALL_AFTER`` (docs/platform-notes.md: a timer restarted per beat
-    costs about two history events a beat).
+    costs about two history events a beat). With ``rearm-on-beat`` the beat that would be
+    the last before the timer fires re-arms it in its own workflow task instead (two events,
+    no task of its own), so the timer fires only when beats stop.
     """
 
     def __init__(self) -> None:
@@ -58,13 +61,36 @@ class DeadlineTimer:
             self._timer.cancel()
         self._timer = None
 
+    def _rearm(self, deadline: datetime | None, rearm_within: float | None) -> bool:
+        """Whether the running timer is re-armed for the later ``deadline`` now
+        (``liveness_clock.rearm_due``; never when ``rearm_within`` is ``None``)."""
+        if rearm_within is None or deadline is None or self._timer is None:
+            return False
+        return rearm_due(self._deadline, deadline, workflow.now(), rearm_within)
+
     async def wait(
-        self, deadline: datetime | None, has_work: Callable[[], bool], label: str
+        self,
+        deadline: datetime | None,
+        has_work: Callable[[], bool],
+        label: str,
+        moved: Callable[[], datetime | None] | None = None,
+        rearm_within: float | None = None,
     ) -> datetime | None:
         """Wait until ``has_work()`` or ``deadline`` (UTC) plus the slack has passed.
 
+        Args:
+            deadline: the next deadline (UTC), or ``None``: wait for work alone.
+            has_work: whether the loop has work (evaluated after each activation).
+            label: the timer's summary in the Web UI.
+            moved: the next deadline as it is now (a beat moves it later), with
+                ``rearm_within`` (the heartbeat interval, seconds): also return, in that
+                beat's own activation, once the running timer is to be re-armed
+                (``liveness_clock.rearm_due``), so the loop re-arms it there instead of
+                letting it fire in a workflow task of its own. ``None``: never (runs
+                without ``rearm-on-beat``, as every release before 1.1).
+
         Returns:
-            The deadline that passed, or ``None`` if work arrived first.
+            The deadline that passed, or ``None`` if work arrived first (or a re-arm is due).
         """
         self._collect()
         if has_work():
@@ -76,12 +102,22 @@ class DeadlineTimer:
         if delay <= 0:
             return deadline
         timer = self._timer
-        if timer is None or timer.done() or self._deadline > deadline:
+        if (
+            timer is None
+            or timer.done()
+            or self._deadline > deadline
+            or self._rearm(deadline, rearm_within)
+        ):
             if timer is not None and not timer.done():
                 timer.cancel()
             self._deadline = deadline
             self._timer = timer = asyncio.ensure_future(self._sleep(delay, label, deadline))
-        await workflow.wait_condition(lambda: has_work() or timer.done())
+        if moved is None:
+            await workflow.wait_condition(lambda: has_work() or timer.done())
+        else:
+            await workflow.wait_condition(
+                lambda: has_work() or timer.done() or self._rearm(moved(), rearm_within)
+            )
         if not timer.done():
             return None
         self._collect()

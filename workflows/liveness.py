@@ -10,6 +10,7 @@ child. All I/O is in activities; no rule is decided here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -240,14 +241,22 @@ class WorkerLiveness:
             if should_continue_as_new() and not live.chunks and live.drain_request is None:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
+            # rearm-on-beat: the beat before the timer would fire re-arms it (rollout.py).
+            within = live.timings.heartbeat_interval if live.timings else None
+            within = within if live.features.rearm_on_beat else None
             fired = await self.timer.wait(
                 machine.next_deadline(live),
                 self._has_work,
                 f"{live.state.value}: next liveness deadline",
+                moved=self._next_deadline if within is not None else None,
+                rearm_within=within,
             )
             if fired is not None:
                 for note in machine.deadline_passed(live, fired, workflow.now()):
                     workflow.logger.warning("%s: %s", live.worker, note)
+
+    def _next_deadline(self) -> datetime | None:
+        return machine.next_deadline(self.live)
 
     def _has_work(self) -> bool:
         return bool(machine.due_steps(self.live)) or should_continue_as_new()

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import BeginRun, WorkerRecord
     from reaper.core.contract import LIVENESS_PREFIX
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
+    from reaper.core.policy import rollout
     from workflows import front_door
     from workflows.common import CHANGE_FEED, run_activity
     from workflows.gate import Gate
@@ -50,7 +51,9 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     the row itself, as runs before ``one-read-start`` did). Decides, at this fixed point of
     the run, its ``live.features`` from its patch markers, never from a signal handler,
     whose activation a replay may place elsewhere: ``refresh-at-bound`` implies
-    ``lean-start`` (a new run records that marker alone), which implies the change feed.
+    ``lean-start`` (a new run records that marker alone), which implies the change feed;
+    and, from the peer version its read recorded, the command changes of
+    ``reaper.core.policy.rollout`` (``rearm-on-beat``).
 
     Returns:
         The worker's row, or ``None``.
@@ -67,6 +70,7 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
             ReaperActivities.load_timings, start_to_close_timeout=READ_TIMEOUT
         )
         await gate.load_pin()
+        _decide_rollout(live)
         return None
     start = await run_activity(
         ReaperActivities.begin_liveness,
@@ -75,7 +79,15 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     )
     live.timings = start.timings
     gate.use_pin(start.agent_key)
+    _decide_rollout(live)
     return start.record
+
+
+def _decide_rollout(live: LivenessState) -> None:
+    """The run's command changes that every peer knows, by the peer version its start-up
+    read recorded (``reaper.core.policy.rollout``; absent from older histories: the oldest)."""
+    peer = live.timings.peer_version if live.timings is not None else ""
+    live.features.rearm_on_beat = rollout.uses(rollout.REARM_ON_BEAT, peer)
 
 
 def start_input(args: Sequence[Any]) -> LivenessInput:

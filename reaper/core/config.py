@@ -14,7 +14,9 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BeforeValidator, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from reaper.core.policy import rollout
 from reaper.core.policy.auth import AuthMode
+from reaper.core.policy.rollout import DEFAULT_PEER_VERSION
 from reaper.core.signing import is_public_key
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -167,6 +169,13 @@ class Settings(ConnectionSettings):
     """How long a workflow task waits on the sticky queue of the replica that has the workflow
     cached before any replica may take it (the SDK's ``sticky_queue_schedule_to_start_timeout``,
     10 s by default): the bound on how long a SIGKILLed replica's workflows wait to move."""
+    peer_version: str = DEFAULT_PEER_VERSION
+    """``REAPER_PEER_VERSION``: the oldest reaper release line (``major.minor``) that may serve
+    the same task queue as this controller, as during a rolling upgrade. A change of the
+    workflows' commands is used only when every such peer knows it
+    (``reaper.core.policy.rollout``; Kafka's ``inter.broker.protocol.version``). The default
+    is the previous line, so an upgrade from it needs nothing set; set this controller's own
+    line once no older controller serves (CHANGELOG.md says when each release lets you)."""
     workflow_sandbox: bool = False
     """``REAPER_WORKFLOW_SANDBOX``: run the workflows in the Temporal SDK's sandbox, which checks
     at run time that workflow code calls nothing non-deterministic (``datetime.now``,
@@ -243,6 +252,11 @@ class Settings(ConnectionSettings):
             except ValueError as exc:
                 raise ValueError(f"REAPER_OPERATOR_KEYS_FILE: {exc}") from None
             self.operator_keys = tuple(dict.fromkeys(self.operator_keys + extra))
+        if not rollout.known_line(self.peer_version):
+            raise ValueError(
+                "REAPER_PEER_VERSION must be one of "
+                f"{', '.join(rollout.RELEASE_LINES)}, got {self.peer_version!r}"
+            )
         if self.sticky_timeout <= 0:
             raise ValueError(
                 f"REAPER_STICKY_TIMEOUT must be greater than 0, got {self.sticky_timeout:g}"

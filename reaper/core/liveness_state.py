@@ -38,8 +38,9 @@ class Staging(BaseModel):
 
 
 class RunFeatures(BaseModel):
-    """What a liveness run does, decided once at its start by its patch markers
-    (``workflows/run_start.py``) and recorded in its history; a new run decides again."""
+    """What a liveness run does, decided once at its start by its patch markers and the peer
+    version its start-up read recorded (``workflows/run_start.py``), both in its history; a
+    new run decides again."""
 
     local_writes: bool = False
     """``lean-start``: the registration and the heartbeat refreshes of the worker's row are
@@ -48,6 +49,10 @@ class RunFeatures(BaseModel):
     """``refresh-at-bound``: refreshes once the row's lag nears ``STALL_AFTER``."""
     change_feed: bool = False
     """``change-feed``: an unchanged report is re-diffed every ``FULL_RESYNC_INTERVAL``."""
+    rearm_on_beat: bool = False
+    """``rearm-on-beat`` (``reaper.core.policy.rollout``): a beat's own workflow task re-arms
+    the deadline timer before it would fire (``liveness_clock.rearm_due``); decided by the
+    peer version the run's start-up read recorded, not by a patch marker."""
 
 
 class DrainRequest(BaseModel):

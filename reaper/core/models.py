@@ -14,6 +14,7 @@ from reaper.core.config import Settings
 from reaper.core.contract import Kind
 from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.collection import carries_also_seen, coalesce, recheck_at
+from reaper.core.policy.rollout import DEFAULT_PEER_VERSION
 
 
 class Timings(BaseModel):
@@ -38,6 +39,9 @@ class Timings(BaseModel):
     # Absent from histories recorded before the change feed: those resync every
     # ``resync_interval`` (patch ``change-feed``).
     full_resync_interval: float | None = None
+    # Absent from histories recorded before ``REAPER_PEER_VERSION``: those ran as the
+    # previous line's code did (``reaper.core.policy.rollout``).
+    peer_version: str = DEFAULT_PEER_VERSION
 
     @classmethod
     def of(cls, settings: Settings) -> Timings:

@@ -7,7 +7,8 @@ from the start and runs on, never resuming a run that was evicted midway.)
 Dev server; an in-process controller with ``max_cached_workflows=1`` and a short sticky
 timeout; two agents beating every second with complete reports (one dropping a handle and
 gaining a row, one reporting an unknown one), so that signals race the run's first local
-activity and the collectors' activities; the fleet monitor reads the change feed meanwhile.
+activity and the collectors' activities, and every other beat re-arms the deadline timer;
+the fleet monitor reads the change feed meanwhile.
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ from tests.support.polling import eventually
 from tests.support.scheduler import insert
 from workflows.common import collector_id, fleet_monitor_id, liveness_id
 
+# The agents' interval, and STALL_AFTER three of them: a beat's task re-arms the deadline
+# timer when it would fire before the next beat (``rearm-on-beat``, the suite's peer
+# version), so such activations replay too (the dev server's runs here are short: a
+# continue-as-new every 30 events; tests/workflows/test_rearm.py counts the re-arms).
 TIMINGS = dict(
-    heartbeat_interval=0.2, stall_after=30, lost_after=60, missing_ttl=2, resync_interval=0.4
+    heartbeat_interval=1.0, stall_after=3, lost_after=60, missing_ttl=3, resync_interval=1.0
 )
 
 

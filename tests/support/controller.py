@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from activities import ReaperActivities
 from reaper.core.config import Settings
 from reaper.core.models import Timings
+from reaper.core.policy.rollout import RELEASE_LINES
 from reaper.kit.controller import Controller
 from reaper.kit.processes import find_binary as kit_find_binary
 from tests.support.paths import ROOT
@@ -92,6 +93,9 @@ def make_settings(**overrides: object) -> Settings:
     # RESYNC_INTERVAL, as before the feed (the reference model assumes so), unless a test
     # sets the safety net apart.
     base.setdefault("full_resync_interval", base["resync_interval"])
+    # The suite runs this line's workflow commands (``rollout.py``); a test of the previous
+    # line's sets ``peer_version`` to it.
+    base.setdefault("peer_version", RELEASE_LINES[-1])
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]
 
 

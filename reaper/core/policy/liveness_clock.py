@@ -56,6 +56,20 @@ def next_deadline(live: LivenessState) -> datetime | None:
     return min(times) if times else None
 
 
+def rearm_due(
+    armed_for: datetime, deadline: datetime, now: datetime, heartbeat_interval: float
+) -> bool:
+    """Whether the timer armed for ``armed_for`` is re-armed for ``deadline`` now (UTC; the
+    interval in seconds), in the workflow task of the beat that moved the deadline later:
+    when it would otherwise fire before the next beat, expected ``heartbeat_interval`` from
+    now give or take half an interval. Each re-arm is a ``TimerCanceled`` and a
+    ``TimerStarted``; a timer left to fire while the worker is healthy costs a workflow task
+    of its own and five events (issue 20, BENCHMARKS.md). At the defaults (STALL_AFTER three
+    intervals) every other beat re-arms and the timer never fires while beats come. Used
+    only by runs whose peers all know it (``rollout.REARM_ON_BEAT``)."""
+    return armed_for < deadline and (armed_for - now).total_seconds() <= 1.5 * heartbeat_interval
+
+
 def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> list[str]:
     """A deadline passed: grant the outage grace if it was judged late (rule 8); a reap or
     retirement retry whose time came is due again. Returns lines for the log."""

@@ -1,0 +1,52 @@
+"""Which workflow command changes a controller may use, given the oldest release that may
+serve its task queue beside it (``REAPER_PEER_VERSION``).
+
+A liveness decides its features once at the start of each run, from what its start-up read
+recorded in history (the peer version among its timings), so a replay decides the same
+whatever the controller's settings are today. A change that gives a workflow commands an
+older release would not give on the same history (a release's code replays every history
+that reaches it, CHANGELOG.md "The upgrade promise") is used only once every peer knows it:
+during a rolling upgrade from release N-1 both releases serve the same task queue, and a
+workflow task of a new run may reach either. Kafka's ``inter.broker.protocol.version`` is the
+same rule for brokers; Kubernetes' feature gates turn a changed behaviour on by default only
+in the release after the one that understands it.
+
+Pure: no I/O, no Temporal.
+"""
+
+from __future__ import annotations
+
+RELEASE_LINES: tuple[str, ...] = ("1.0", "1.1")
+"""Release lines (``major.minor``) in order; a controller of a line replays the histories of
+the lines before it. The last is this code's own line."""
+
+DEFAULT_PEER_VERSION = "1.0"
+"""The oldest line that may serve beside this code unless an operator says otherwise: the
+previous line, so a rolling upgrade from it is safe with nothing set. Also what a history
+recorded before the setting existed implies (its timings carry no peer version)."""
+
+REARM_ON_BEAT = "rearm-on-beat"
+"""Re-arm a healthy worker's deadline timer in a beat's own workflow task, before it fires
+(``liveness_clock.rearm_due``): a ``TimerCanceled`` and a ``TimerStarted`` every other beat
+at the defaults instead of a workflow task of its own every STALL_AFTER (issue 20)."""
+
+COMMAND_CHANGES: dict[str, str] = {REARM_ON_BEAT: "1.1"}
+"""Each change of a workflow's commands and the line that introduced it."""
+
+
+def known_line(version: str) -> bool:
+    """Whether ``version`` (``major.minor``) is a line of :data:`RELEASE_LINES`."""
+    return version in RELEASE_LINES
+
+
+def uses(change: str, peer_version: str) -> bool:
+    """Whether a run may use command change ``change`` when every controller that may serve
+    its task queue is at least ``peer_version`` (a line of :data:`RELEASE_LINES`; an
+    unknown one counts as the oldest).
+
+    Raises:
+        KeyError: ``change`` is not in :data:`COMMAND_CHANGES`.
+    """
+    since = RELEASE_LINES.index(COMMAND_CHANGES[change])
+    peer = RELEASE_LINES.index(peer_version) if known_line(peer_version) else 0
+    return peer >= since
