@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from reaper.core.contract import MAX_SEQ, Heartbeat, ReasonInput
@@ -14,6 +16,17 @@ def test_report_digest_ignores_order_and_repeats():
     assert report_digest([]) != report_digest([""])
     # no ambiguity from concatenation
     assert report_digest(["ab", "c"]) != report_digest(["a", "bc"])
+
+
+def test_report_digest_is_sha256_of_sorted_handles_each_followed_by_nul():
+    """The definition in docs/large-reports.md, which agents in other languages implement:
+    sha256 over the sorted distinct handles (code point order), each followed by a NUL byte."""
+    handles = ["zeta", "\u00e9t\u00e9", "alpha", "\U0001f600", "alpha", "Zulu"]
+    h = hashlib.sha256()
+    for handle in sorted(set(handles)):
+        h.update(handle.encode() + b"\0")
+    assert report_digest(handles) == h.hexdigest()
+    assert report_digest([]) == hashlib.sha256(b"").hexdigest()
 
 
 GOOD = {"worker": "w1", "boot_id": "b", "seq": 0}
