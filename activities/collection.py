@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities import collection_sql as sql
 from activities import metrics, sealing
-from activities.base import EVENT_KIND, ActivityBase, column, command_count, unique, write_events
+from activities.base import EVENT_KIND, ActivityBase, column, command_count, write_events
 from activities.creating import fail_stuck_creating
 from activities.types import (
     ReconcileInput,
@@ -52,7 +52,7 @@ async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
             sql.REPORT.split(".")[1],
             schema_name="pg_temp",
             columns=["h"],
-            records=[(h,) for h in unique(inp.handles)],
+            records=[(h,) for h in inp.handles],  # repeats and all, as a staged report
         )
     await conn.execute(sql.CREATE_DIFF)
     await conn.execute(sql.DIFF_REPORT[inp.kind], inp.worker)

@@ -185,3 +185,41 @@ async def test_a_staged_report_repeating_a_handle_lists_its_orphan_once(
     later = await staged_report("r2", 1 + TTL)
     assert later.status.orphans == ["stray"]
     assert [(k, h) for k, h, _ in await _orphan_rows(pool, "w3")] == [("container", "stray")]
+
+
+async def test_an_inline_report_repeating_a_handle_lists_its_orphan_once(
+    pool: asyncpg.Pool,
+) -> None:
+    """An inline report is copied with its repeats too: one unknown handle, one orphan."""
+    acts = ReaperActivities(pool, make_settings())
+    start = datetime.now(UTC) - timedelta(minutes=10)
+    await pool.execute(
+        "INSERT INTO reaper.workers (name, state, state_since) VALUES ('w4', 'running', $1)",
+        start,
+    )
+    await pool.execute(
+        "INSERT INTO reaper.containers (handle, worker, state, state_changed_at) VALUES"
+        " ('c-1', 'w4', 'created', $1), ('c-gone', 'w4', 'created', $1)",
+        start,
+    )
+    handles = ["c-1", "stray", "stray", "c-1"]
+    results = []
+    for after in (1, 1 + TTL):
+        at = start + timedelta(seconds=after)
+        results.append(
+            await acts.reconcile_report(
+                ReconcileInput(
+                    worker="w4",
+                    kind="containers",
+                    handles=handles,
+                    taken_at=at,
+                    missing_ttl=TTL,
+                    confirmed=True,
+                    report=sealed("w4", "containers", handles, at),
+                )
+            )
+        )
+    assert results[0].marked == 1 and results[0].cleared == 0
+    assert results[1].status.orphans == ["stray"]
+    assert await pool.fetchval("SELECT count(*) FROM reaper.unknown_handles") == 1
+    assert [(k, h) for k, h, _ in await _orphan_rows(pool, "w4")] == [("container", "stray")]
