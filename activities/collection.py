@@ -54,7 +54,7 @@ async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
             columns=["h"],
             records=[(h,) for h in inp.handles],  # repeats and all, as a staged report
         )
-    await conn.execute(sql.CREATE_DIFF)
+    await conn.execute(sql.PREPARE_DIFF)
     await conn.execute(sql.DIFF_REPORT[inp.kind], inp.worker)
     return True
 
