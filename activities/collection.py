@@ -17,7 +17,7 @@ from temporalio import activity
 
 from activities import collection_sql as sql
 from activities import metrics, sealing
-from activities.base import EVENT_KIND, ActivityBase, column, command_count, unique, write_events
+from activities.base import EVENT_KIND, ActivityBase, column, command_count, write_events
 from activities.creating import fail_stuck_creating
 from activities.types import (
     ReconcileInput,
@@ -36,7 +36,8 @@ class _TooMany(Exception):
 
 
 async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
-    """Put the report's distinct handles in ``REPORT`` (inside the caller's transaction).
+    """Put the report's handles in ``REPORT`` and its diff against the worker's rows
+    in ``DIFF`` (inside the caller's transaction).
 
     A staged report is copied within Postgres from ``reaper.report_chunks``; an inline one
     is sent once by COPY. Returns False if a staged report is gone.
@@ -44,13 +45,17 @@ async def _load_report(conn: asyncpg.Connection, inp: ReconcileInput) -> bool:
     await conn.execute(sql.CREATE_REPORT)
     if inp.staged_id is not None:
         found = await conn.fetchval(sql.LOAD_STAGED, inp.worker, inp.kind, inp.staged_id)
-        return found > 0
-    await conn.copy_records_to_table(
-        sql.REPORT.split(".")[1],
-        schema_name="pg_temp",
-        columns=["h"],
-        records=[(h,) for h in unique(inp.handles)],
-    )
+        if not found:
+            return False
+    else:
+        await conn.copy_records_to_table(
+            sql.REPORT.split(".")[1],
+            schema_name="pg_temp",
+            columns=["h"],
+            records=[(h,) for h in inp.handles],  # repeats and all, as a staged report
+        )
+    await conn.execute(sql.PREPARE_DIFF)
+    await conn.execute(sql.DIFF_REPORT[inp.kind], inp.worker)
     return True
 
 
@@ -130,12 +135,13 @@ class CollectionActivities(ActivityBase):
                     states.STARTED.value,
                     states.STARTING_TASKS,
                 )
-            # The report is an array parameter, which the planner guesses at 10 rows: left to
-            # itself it diffs a 100,000-handle report by nested loop, O(rows x handles).
-            # Hash joins while the worker's rows are diffed against the report; index probes
-            # (nested loops) again when the report is looked up in the table.
+            # The report's table has no statistics, which the planner guesses small: left to
+            # itself it would clear against a 100,000-handle report by nested loop,
+            # O(marked rows x handles). Hash joins while marked rows are looked up in the
+            # report; index probes (nested loops) again for the few rows in ``DIFF``.
             await conn.execute("SET LOCAL enable_nestloop = off")
             result.cleared = command_count(await conn.execute(store.clear[kind], worker))
+            await conn.execute("SET LOCAL enable_nestloop = on")
             if inp.also_seen:
                 await conn.execute(store.restart[kind], worker, inp.also_seen, inp.taken_at)
             if inp.restart_all:
@@ -152,14 +158,16 @@ class CollectionActivities(ActivityBase):
                     dry_run=True,
                     dedupe=[f"mark:{worker}:{kind}:{h}:{inp.taken_at.isoformat()}" for h in marked],
                 )
-            stuck, creating_due = 0, None
+            stuck: list[str] = []
+            creating_due = None
             if kind != "tasks":
                 stuck, creating_due = await fail_stuck_creating(
                     conn, inp, self.settings.stall_after
                 )
+                if stuck and not dry:  # rows gone: their reported handles are unknown now
+                    await conn.execute(sql.UNKNOWN_AFTER_DELETE, stuck)
             cutoff = policy.orphan_cutoff(inp.taken_at, inp.missing_ttl)
             result.status = await kind_status(conn, store, worker, kind, inp.missing_ttl)
-            await conn.execute("SET LOCAL enable_nestloop = on")
             unknown = await conn.fetch(sql.UNKNOWN[kind], worker, kind, inp.taken_at, cutoff)
             await _record_orphans(
                 conn,
@@ -190,7 +198,7 @@ class CollectionActivities(ActivityBase):
                 )
             result.status.orphans = orphans
         if not dry:
-            metrics.count_destroyed(kind, stuck)
+            metrics.count_destroyed(kind, len(stuck))
         return result
 
     async def _mark(

@@ -16,16 +16,17 @@ from reaper.core.policy import collection as policy
 
 async def fail_stuck_creating(
     conn: asyncpg.Connection, inp: ReconcileInput, stall_after: float
-) -> tuple[int, datetime | None]:
+) -> tuple[list[str], datetime | None]:
     """Fail and collect the rows still being created ``CREATING_TIMEOUT`` after they
     entered that state (their creator crashed; Concourse fails such containers too):
     deleted, one ``destroyed`` event each (reason ``creating-timeout``), except in full
     disruption (rule 6).
 
     Returns:
-        How many were collected, and when the next one falls due (UTC), if any: the
-        oldest row still being created times out then; rows a full disruption held are
-        looked at again ``STALL_AFTER`` later (as a refused destroy is).
+        The handles collected (in a dry run, those that would be), and when the next one
+        falls due (UTC), if any: the oldest row still being created times out then; rows a
+        full disruption held are looked at again ``STALL_AFTER`` later (as a refused
+        destroy is).
     """
     cutoff = inp.taken_at - timedelta(seconds=inp.creating_timeout)
     held = await conn.fetchval(sql.FLEET_STATE) == "full"
@@ -49,4 +50,4 @@ async def fail_stuck_creating(
         dry_run=inp.dry_run,
         dedupe=[f"stuck:{inp.worker}:{inp.kind}:{h}" for h in stuck] if inp.dry_run else None,
     )
-    return len(stuck), due
+    return stuck, due

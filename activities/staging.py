@@ -39,11 +39,6 @@ class StagingActivities(ActivityBase):
         and kind orders them).
         """
         async with self.pool.acquire() as conn, conn.transaction():
-            # Chunks of one report may be staged concurrently: serialise them per worker and
-            # kind, so the last one to commit sees every chunk and completes the report.
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", inp.worker, inp.kind
-            )
             await conn.execute(
                 "INSERT INTO reaper.report_chunks"
                 " (worker, kind, report_id, idx, count, digest, handles)"
@@ -56,20 +51,22 @@ class StagingActivities(ActivityBase):
                 inp.digest,
                 inp.handles,
             )
+            # Chunks of one report may be staged concurrently: each takes this lock after its
+            # insert and holds it until it commits, so the last one to take it sees every
+            # chunk committed and completes the report. (The insert, the costly statement,
+            # stays outside the lock; the count is taken in a statement after it.)
             await conn.execute(
-                "DELETE FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
-                " AND report_id <> $3 AND report_id IS DISTINCT FROM $4",
-                inp.worker,
-                inp.kind,
-                inp.report_id,
-                inp.keep,
+                "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", inp.worker, inp.kind
             )
             staged = await conn.fetchval(
-                "SELECT count(*) FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
+                "WITH dropped AS (DELETE FROM reaper.report_chunks WHERE worker = $1"
+                " AND kind = $2 AND report_id <> $3 AND report_id IS DISTINCT FROM $4)"
+                " SELECT count(*) FROM reaper.report_chunks WHERE worker = $1 AND kind = $2"
                 " AND report_id = $3",
                 inp.worker,
                 inp.kind,
                 inp.report_id,
+                inp.keep,
             )
             if staged < inp.count:
                 return StageResult(chunks_staged=staged)

@@ -163,7 +163,8 @@ async def run(env: BenchEnv, size: int, iterations: int) -> Metric:
                 f"reaper's statements take {stmt_total * 1000:.0f} ms of its fastest call "
                 f"({fastest * 1000:.0f} ms), the baseline's one anti-join {a * 1000:.0f} ms; the "
                 f"rest is outside the statements the query logger sees: the report's COPY "
-                f"into a temporary table (sent once) and the Python around it. "
+                f"into a temporary table (sent once), the check of its handles against the "
+                f"sealed digest (a sort of the whole report) and the Python around it. "
                 f"{len(big)} statements take the whole {len(report):,}-handle array"
             )
         return m

@@ -199,8 +199,8 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
     why = (
         f"WorkerLiveness stages the {len(stage)} chunks with one stage_chunk activity "
         f"each, at most {peak} at once ({last_stage - first_signal:.2f} s, {each:.0f} ms "
-        "per chunk: a workflow task, an activity task, an INSERT, a count(*) and a DELETE "
-        "of other reports per chunk, serialised in Postgres per worker and kind); "
+        "per chunk: a workflow task, an activity task, an INSERT, then a DELETE of other "
+        "reports' chunks and a count(*) serialised in Postgres per worker and kind); "
         "reconcile_report of the staged report then takes "
         f"{rec_done - rec_start:.2f} s"
     )

