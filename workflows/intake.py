@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import collector_id
     from workflows.staging import (
         INLINE_KEEP_BYTES,
+        STAGE_PARALLEL,
+        STAGE_PARALLEL_WIDE,
         next_batch,
         stage_batch,
         stage_inline,
@@ -136,14 +138,16 @@ class ReportIntake:
     async def stage_chunks(self) -> None:
         """Stage queued chunks in Postgres; a report whose last chunk is in is offered.
 
-        Consecutive chunks of one report are staged up to ``STAGE_PARALLEL`` at a time (one
-        activity each, every payload under 128 KiB): a 100,000-handle report is ~50 chunks,
-        and one round trip each in sequence dominated its end-to-end time.
+        Consecutive chunks of one report are staged up to ``STAGE_PARALLEL`` at a time
+        (``STAGE_PARALLEL_WIDE`` with ``wide-staging``; one activity each, every payload
+        under 128 KiB): a 100,000-handle report is ~50 chunks, and one round trip each in
+        sequence dominated its end-to-end time.
         """
+        width = STAGE_PARALLEL_WIDE if self.live.features.wide_staging else STAGE_PARALLEL
         self.staging_busy = True
         try:
             while self.live.chunks:
-                batch = next_batch(self.live.chunks)
+                batch = next_batch(self.live.chunks, width)
                 for report, returned in await stage_batch(self.live, batch, self.reject):
                     self.offer(report, force=returned)
         finally:

@@ -53,7 +53,7 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     whose activation a replay may place elsewhere: ``refresh-at-bound`` implies
     ``lean-start`` (a new run records that marker alone), which implies the change feed;
     and, from the peer version its read recorded, the command changes of
-    ``reaper.core.policy.rollout`` (``rearm-on-beat``).
+    ``reaper.core.policy.rollout`` (``rearm-on-beat``, ``wide-staging``).
 
     Returns:
         The worker's row, or ``None``.
@@ -88,6 +88,7 @@ def _decide_rollout(live: LivenessState) -> None:
     read recorded (``reaper.core.policy.rollout``; absent from older histories: the oldest)."""
     peer = live.timings.peer_version if live.timings is not None else ""
     live.features.rearm_on_beat = rollout.uses(rollout.REARM_ON_BEAT, peer)
+    live.features.wide_staging = rollout.uses(rollout.WIDE_STAGING, peer)
 
 
 def start_input(args: Sequence[Any]) -> LivenessInput:

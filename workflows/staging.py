@@ -23,19 +23,24 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import run_activity, start_activity
 
 STAGE_PARALLEL = 4
-"""Chunks of one report staged at once (each holds a Postgres connection meanwhile)."""
+"""Chunks of one report staged at once (each holds a Postgres connection meanwhile) by runs
+without ``wide-staging`` (every release before 1.1)."""
+STAGE_PARALLEL_WIDE = 16
+"""Chunks of one report staged at once with ``wide-staging`` (``reaper.core.policy.rollout``):
+each activity holds a connection for its insert only (a few milliseconds; the per-report
+lock is taken after it), so a 52-chunk report takes 4 rounds of activities, not 13."""
 INLINE_KEEP_BYTES = 64 * 1024
 """A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
 workflow state or sent to the collector in a signal (no payload near Temporal's 256 KiB)."""
 
 
-def next_batch(chunks: list[QueuedChunk]) -> list[QueuedChunk]:
+def next_batch(chunks: list[QueuedChunk], width: int = STAGE_PARALLEL) -> list[QueuedChunk]:
     """Take the next chunks to stage at once from ``chunks``: consecutive chunks of one
-    report, at most ``STAGE_PARALLEL``."""
+    report, at most ``width``."""
     batch = [chunks.pop(0)]
     first = batch[0].chunk
     while (
-        len(batch) < STAGE_PARALLEL
+        len(batch) < width
         and chunks
         and (chunks[0].chunk.kind, chunks[0].chunk.report_id) == (first.kind, first.report_id)
     ):

@@ -53,6 +53,9 @@ class RunFeatures(BaseModel):
     """``rearm-on-beat`` (``reaper.core.policy.rollout``): a beat's own workflow task re-arms
     the deadline timer before it would fire (``liveness_clock.rearm_due``); decided by the
     peer version the run's start-up read recorded, not by a patch marker."""
+    wide_staging: bool = False
+    """``wide-staging`` (``reaper.core.policy.rollout``): up to 16 chunks staged at once, not
+    4; decided as ``rearm_on_beat`` is."""
 
 
 class DrainRequest(BaseModel):

@@ -15,11 +15,12 @@ from reaper.core.policy.liveness_clock import rearm_due
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
+@pytest.mark.parametrize("change", [rollout.REARM_ON_BEAT, rollout.WIDE_STAGING])
 @pytest.mark.parametrize(
     ("peer", "used"), [("1.0", False), ("1.1", True), ("", False), ("0.9", False)]
 )
-def test_rearm_on_beat_only_once_every_peer_knows_it(peer: str, used: bool) -> None:
-    assert rollout.uses(rollout.REARM_ON_BEAT, peer) is used
+def test_a_change_of_1_1_only_once_every_peer_knows_it(change: str, peer: str, used: bool) -> None:
+    assert rollout.uses(change, peer) is used
 
 
 def test_every_change_names_a_known_line_and_the_default_is_the_previous_one() -> None:
