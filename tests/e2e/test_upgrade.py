@@ -21,8 +21,10 @@ in every step:
 
 Then the current release's controller (``python worker.py`` of this checkout) takes over on
 the same task queue, server and database: ``sequential``: the old one stops, then the new
-one starts; ``overlap``: the new one starts and both serve until the new one has taken
-workflow and activity tasks and the held work is done, then the old one stops. Once the new
+one starts, with ``REAPER_PEER_VERSION`` raised to its own line (as the CHANGELOG's upgrade
+steps say once no older controller serves); ``overlap``: the new one starts, at the default
+peer version, and both serve until the new one has taken workflow and activity tasks and
+the held work is done, then the old one stops. Once the new
 one serves, a new worker (``w-new``) registers and the lock is released. Expected: no failed
 workflow task on any workflow; each due step done once and on time (each handle destroyed
 once, at its TTL; each silent worker lost once, at its ``LOST_AFTER``, and reaped once; the
@@ -59,10 +61,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 import pytest_asyncio
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
 from reaper import __version__
+from reaper.core.policy.rollout import RELEASE_LINES
 from reaper.infra.temporal import connect
 from reaper.kit.temporal import DevServer
 from tests.support.agents import Agents
@@ -282,7 +286,13 @@ async def test_the_current_release_takes_over_the_previous_releases_work(
     old = ControllerProcess(
         server.address, db_url, tmp_path / "old.log", TIMINGS, root=old_release.root
     )
-    new = ControllerProcess(server.address, db_url, tmp_path / "new.log", TIMINGS, old.task_queue)
+    # Once the previous release no longer serves, the operator raises the peer version
+    # (CHANGELOG.md's Upgrade): the sequential hand-over runs the current line's commands
+    # for every run that starts after it; the overlap keeps the default (the previous line).
+    peer = {"REAPER_PEER_VERSION": RELEASE_LINES[-1]} if variant == "sequential" else {}
+    new = ControllerProcess(
+        server.address, db_url, tmp_path / "new.log", TIMINGS | peer, old.task_queue
+    )
 
     # The old controller runs the exported release's code, not the checkout installed here.
     found = imports_of(old)
@@ -682,6 +692,13 @@ async def verify(
     if variant == "overlap":
         for who in (old.identity, new.identity):
             assert during[who, "workflow"] and during[who, "activity"], (who, during)
+    # The raised peer version took effect (sequential): runs the current controller started
+    # recorded the current line in their start-up read, so they use its command changes
+    # (which the replays above covered); at the default (overlap) none did, so the previous
+    # release could replay every run it was handed.
+    peers = Counter(v for h in runs for v in recorded_peer_versions(h))
+    raised = peers[RELEASE_LINES[-1]] > 0
+    assert raised is (variant == "sequential"), (variant, peers)
     both = sum(1 for who in took.values() if {old.identity, new.identity} <= who)
     shared = ", ".join(f"{n} {kind} tasks by {who}" for (who, kind), n in sorted(during.items()))
     tl.phase(
@@ -689,3 +706,18 @@ async def verify(
         " workflow task, every run replays on the current code"
         + (f"; while both served: {shared}" if variant == "overlap" else "")
     )
+
+
+def recorded_peer_versions(history: WorkflowHistory) -> list[str]:
+    """The peer versions (``REAPER_PEER_VERSION``) a liveness run's start-up reads recorded
+    (``begin_liveness`` results; a release before 1.1 records none)."""
+    found = []
+    for e in history.events:
+        if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            continue
+        for payload in e.activity_task_completed_event_attributes.result.payloads:
+            data = json.loads(payload.data) if payload.data else None
+            timings = data.get("timings") if isinstance(data, dict) else None
+            if isinstance(timings, dict) and "peer_version" in timings:
+                found.append(timings["peer_version"])
+    return found
