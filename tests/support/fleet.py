@@ -27,7 +27,6 @@ from tests.support.heartbeats import query_state, reports_reconciled, send
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
 from workflows.fleet import FleetMonitor
 
-
 CHUNK = 5.0
 """Server seconds of the longest single sleep in :meth:`Fleet.advance`; a sleep of that
 length that takes 80 % of it in wall time means the server stopped skipping time."""

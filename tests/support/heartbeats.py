@@ -4,7 +4,6 @@ the kit's (:mod:`reaper.kit.agents`), with payloads and waits for tests."""
 from __future__ import annotations
 
 import asyncio
-
 from collections.abc import Callable
 from typing import Any
 
