@@ -15,6 +15,7 @@ DEMO_TIMEOUT_S = 150
 
 
 @pytest.mark.e2e
+@pytest.mark.own_stack
 def test_demo_observes_every_outcome_and_exits_0(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
     out = subprocess.run(

@@ -503,6 +503,7 @@ async def stop_at_continue_as_new(
 # ---- the tests ----------------------------------------------------------------------------
 
 
+@pytest.mark.own_stack  # a dev server of its own (own_temporal)
 async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
     own_temporal, db_url, pool, tmp_path
 ):
@@ -625,6 +626,7 @@ async def test_controller_down_longer_than_lost_after_reaps_nobody(
         ctl.stop()
 
 
+@pytest.mark.own_stack  # a dev server of its own (own_temporal)
 async def test_a_controller_starting_while_temporal_restarts_waits_for_it(own_temporal, caplog):
     """A replica started while the dev server restarts (chaos seed 7, 400 rounds: its start
     of the fleet monitor failed with "tcp connect error" and the replica exited) retries the

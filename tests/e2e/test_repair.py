@@ -22,6 +22,7 @@ import time
 import uuid
 from datetime import timedelta
 
+import pytest
 from prometheus_client import REGISTRY
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
@@ -38,6 +39,9 @@ from tests.support.polling import eventually
 from tests.support.scheduler import setup_service
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
+
+pytestmark = pytest.mark.own_stack
+"""A dev server of its own (``long_runs``): make test runs it beside the smoke runs."""
 
 TIMINGS = dict(
     heartbeat_interval=1,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -28,6 +29,9 @@ from tests.support.diverging import DivergingLiveness, diverged, events_of
 from tests.support.polling import eventually
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
+
+pytestmark = pytest.mark.own_stack
+"""A dev server of its own (``long_runs``): make test runs it beside the smoke runs."""
 
 TIMINGS = dict(
     heartbeat_interval=1,

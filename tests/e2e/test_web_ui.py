@@ -55,6 +55,7 @@ WAIT_MS = 30_000
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.own_stack,
     pytest.mark.skipif(
         not os.access(CHROMIUM, os.X_OK),
         reason=f"{CHROMIUM} not found: `make sysdeps` installs Debian's chromium package",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -24,9 +24,12 @@ from reaper.core.models import Timings
 from reaper.core.signing import Ed25519PrivateKey, sign_heartbeat
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state, reports_reconciled, send
-from tests.support.polling import eventually
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
 from workflows.fleet import FleetMonitor
+
+CHUNK = 5.0
+"""Server seconds of the longest single sleep in :meth:`Fleet.advance`; a sleep of that
+length that takes 80 % of it in wall time means the server stopped skipping time."""
 
 
 class Fleet:
@@ -84,12 +87,7 @@ class Fleet:
         if worker in self.keys:
             payload = sign_heartbeat(payload, self.keys[worker])
         await send(self.client, self.tq, payload)
-        await eventually(
-            lambda: query_state(self.client, worker),
-            lambda s: s.boot_id == boot and s.last_seq == seq,
-            what=f"beat {seq} of {worker} handled",
-        )
-        return await self.settle(worker)
+        return await self.settle(worker, lambda s: s.boot_id == boot and s.last_seq == seq)
 
     async def raw(self, worker: str, payload: Any) -> StateView:
         """Send any payload as a heartbeat; wait until the liveness has seen it."""
@@ -98,16 +96,18 @@ class Fleet:
         rejected = before.rejected if before else 0
         ignored = before.ignored if before else 0
         seq = before.last_seq if before else None
-        await eventually(
-            lambda: query_state(self.client, worker),
-            lambda s: s.rejected > rejected or s.ignored > ignored or s.last_seq != seq,
-            what=f"raw beat to {worker} seen",
+        return await self.settle(
+            worker, lambda s: s.rejected > rejected or s.ignored > ignored or s.last_seq != seq
         )
-        return await self.settle(worker)
 
-    async def settle(self, worker: str) -> StateView:
-        """Wait until every report forwarded by ``worker``'s liveness has been reconciled."""
-        return await reports_reconciled(self.client, worker)
+    async def settle(
+        self, worker: str, handled: Callable[[StateView], bool] = lambda _: True
+    ) -> StateView:
+        """Wait until ``handled`` holds for ``worker``'s `state` (a beat seen) and every report
+        its liveness forwarded has been reconciled: one poll for both (each query costs a
+        workflow task), its first pause 5 ms (on the time-skipping server a beat is handled
+        within milliseconds)."""
+        return await reports_reconciled(self.client, worker, handled=handled, first=0.005)
 
     async def _state_or_none(self, worker: str) -> StateView | None:
         try:
@@ -118,21 +118,28 @@ class Fleet:
     async def advance(
         self, seconds: float, beating: dict[str, dict[str, Any]] | None = None, step: float = 10.0
     ) -> None:
-        """Let ``seconds`` pass; workers in ``beating`` beat every ``step`` with those reports."""
+        """Let ``seconds`` pass; workers in ``beating`` beat every ``step`` with those reports.
+
+        Time passes in sleeps of at most :data:`CHUNK` server seconds, so that a leaked
+        time-skipping lock (below) costs at most that much wall time, not a whole step."""
         left = seconds
         while left > 0:
             dt = min(step, left)
-            started = time.monotonic()
-            await self.env.sleep(dt)
-            if dt >= 5 and time.monotonic() - started > 0.8 * dt:
-                # The test server sometimes stops skipping time for good after a liveness
-                # completes on retirement, as if a lock leaked (tests/workflows/
-                # test_fleet_timelines.py LEAKED_LOCK); one unlock restores it, and an unlock
-                # with no lock held is refused, so this cannot unbalance the count.
-                with contextlib.suppress(RPCError):
-                    await self.env.client.test_service.unlock_time_skipping(
-                        UnlockTimeSkippingRequest()
-                    )
+            slept = 0.0
+            while slept < dt:
+                chunk = min(CHUNK, dt - slept)
+                started = time.monotonic()
+                await self.env.sleep(chunk)
+                if chunk >= CHUNK and time.monotonic() - started > 0.8 * chunk:
+                    # The test server sometimes stops skipping time for good after a liveness
+                    # completes on retirement, as if a lock leaked (tests/workflows/
+                    # test_fleet_timelines.py LEAKED_LOCK); one unlock restores it, and an
+                    # unlock with no lock held is refused, so this cannot unbalance the count.
+                    with contextlib.suppress(RPCError):
+                        await self.env.client.test_service.unlock_time_skipping(
+                            UnlockTimeSkippingRequest()
+                        )
+                slept += chunk
             left -= dt
             for worker, reports in (beating or {}).items():
                 await self.beat(worker, **reports)

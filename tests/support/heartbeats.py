@@ -3,6 +3,8 @@ the kit's (:mod:`reaper.kit.agents`), with payloads and waits for tests."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -67,27 +69,47 @@ async def beats_handled(client: Client, worker: str, n: int, timeout: float = 60
     return await reports_reconciled(client, worker, timeout=timeout)
 
 
-async def reports_reconciled(client: Client, worker: str, timeout: float = 20.0) -> StateView:
+async def reports_reconciled(
+    client: Client,
+    worker: str,
+    timeout: float = 20.0,
+    *,
+    handled: Callable[[StateView], bool] = lambda _: True,
+    first: float | None = None,
+) -> StateView:
     """Wait until every report ``worker``'s liveness forwarded has been reconciled by its
-    collector (`processed` equals the liveness's ``forwarded_reports``, `backlog` empty)."""
+    collector (`processed` equals the liveness's ``forwarded_reports``, `backlog` empty) in
+    a `state` for which ``handled`` holds too (e.g. a given beat's ``last_seq``: one poll
+    for both waits). ``first``: :func:`tests.support.polling.eventually`'s first pause."""
 
     async def snapshot() -> tuple[StateView, int, int]:
         st = await query_state(client, worker)
         processed, backlog = 0, 0
-        if st.forwarded_reports:
+        if not handled(st):
+            processed = -1  # not yet: no need to ask the collector
+        elif st.forwarded_reports:
             try:
+                # Both read after the `state` above: `processed` only grows and never
+                # passes what was forwarded, so equal to it means reconciled at that moment.
                 h = client.get_workflow_handle(collector_id(worker))
-                processed = await h.query("processed", result_type=int)
-                backlog = await h.query("backlog", result_type=int)
+                processed, backlog = await asyncio.gather(
+                    h.query("processed", result_type=int), h.query("backlog", result_type=int)
+                )
             except RPCError:
                 processed = -1
         return st, processed, backlog
 
     st, _, _ = await eventually(
         snapshot,
-        lambda t: t[0].pending_reports == 0 and t[1] == t[0].forwarded_reports and t[2] == 0,
+        lambda t: (
+            handled(t[0])
+            and t[0].pending_reports == 0
+            and t[1] == t[0].forwarded_reports
+            and t[2] == 0
+        ),
         timeout=timeout,
         what=f"reports of {worker} reconciled",
+        first=first,
     )
     return st
 

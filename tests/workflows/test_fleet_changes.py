@@ -376,12 +376,13 @@ async def test_a_refused_row_refresh_never_stops_the_liveness_and_catches_up(fle
 async def test_churn_keeps_reaping_dead_hosts_while_a_partition_still_halts_reaping(
     time_env: WorkflowEnvironment, pool: asyncpg.Pool
 ) -> None:
-    """An autoscaled fleet of three replaces a host every 150 s, four times (lost after
-    120 s, retired 120 s later). Without retirement the four dead hosts would outnumber the
-    three live ones (4/7 >= 0.55: full disruption, no reap ever again); with it every dead
-    host is reaped and retired. Then two of the three live hosts go silent at once (a
-    partition): nothing is reaped."""
-    lost, step = 120, 20
+    """An autoscaled fleet of three replaces a host every 80 s, four times (lost after
+    60 s, retired 60 s later: at most two dead hosts not yet retired beside three live ones,
+    2/5 < 0.55). Without retirement the four dead hosts would outnumber the three live ones
+    (4/7 >= 0.55: full disruption, no reap ever again); with it every dead host is reaped
+    and retired. Then two of the three live hosts go silent at once (a partition): nothing
+    is reaped. Live hosts beat every 20 s (within STALL_AFTER, 30 s)."""
+    lost, step, every = 60, 20, 80
     async with fleet_with(time_env, pool, lost_after=lost, retire_after=lost) as fleet:
         hosts = [fleet.name(f"h{i}") for i in range(3)]
 
@@ -403,7 +404,7 @@ async def test_churn_keeps_reaping_dead_hosts_while_a_partition_still_halts_reap
             dead.append(hosts.pop(0))
             hosts.append(fleet.name(f"n{round_}"))
             await join(hosts[-1])
-            await fleet.advance(150, beating=beating(hosts), step=step)
+            await fleet.advance(every, beating=beating(hosts), step=step)
         await fleet.advance(2 * lost + 60, beating=beating(hosts), step=step)
         tasks = await task_states(fleet.pool)
         for h in dead:

@@ -434,7 +434,7 @@ class Driver:
             )
 
         try:
-            _, rows = await eventually(read, ok, timeout=15.0, what="workers rows")
+            _, rows = await eventually(read, ok, timeout=15.0, what="workers rows", first=0.005)
         except AssertionError as exc:
             raise Violation(f"{where}: Postgres does not show the workers' health: {exc}") from None
         return rows

@@ -614,7 +614,11 @@ class Driver:
         states = {w: self.model.state(w) for w in self.names if w in self.last}
         try:
             await eventually(
-                self._db_states, lambda d: d == states, timeout=5.0, what="workers rows written"
+                self._db_states,
+                lambda d: d == states,
+                timeout=5.0,
+                what="workers rows written",
+                first=0.005,
             )
         except AssertionError:
             pass  # compared (and reported) by the caller

@@ -9,6 +9,9 @@ from tests.support.polling import eventually
 from tests.support.scheduler import setup_service, task_states
 
 LOST = 300
+LIVE = 20
+"""How often live workers beat through the long waits (``step``): every 2 heartbeat
+intervals, within STALL_AFTER, as in test_fleet_changes' churn; half the beats of 10 s."""
 
 
 async def test_rule5_pending_task_becomes_running_when_reported(fleet):
@@ -36,7 +39,7 @@ async def test_stalled_then_lost_on_the_controller_clock(fleet):
     assert (await fleet.state(w)).state == "running"
     await fleet.advance(20, beating={x: {}, y: {}})
     assert (await fleet.state(w)).state == "stalled"
-    await fleet.advance(LOST - 60, beating={x: {}, y: {}})
+    await fleet.advance(LOST - 60, beating={x: {}, y: {}}, step=LIVE)
     assert (await fleet.state(w)).state == "stalled"
     await fleet.advance(40, beating={x: {}, y: {}})
     assert (await fleet.state(w)).state == "lost"
@@ -59,7 +62,7 @@ async def test_rule5_lost_worker_reaped_and_service_backfilled_on_fewest_loaded(
     await fleet.beat(b, tasks=["t-b1"])
     await fleet.beat(c, tasks=[])
     live = {b: {"tasks": ["t-b1"]}, c: {"tasks": []}}
-    await fleet.advance(LOST + 20, beating=live)
+    await fleet.advance(LOST + 20, beating=live, step=LIVE)
     assert (await fleet.state(a)).state == "lost"
     tasks = await task_states(fleet.pool)
     assert tasks["t-a1"][1:3] == ("lost", "worker-lost")
@@ -87,7 +90,7 @@ async def test_drain_stops_new_placements(fleet):
     await fleet.settle(b)
     await fleet.advance(10, beating={a: {"tasks": ["t-a"]}, b: {"tasks": []}, c: {"tasks": []}})
     assert await fleet.pool.fetchval("SELECT draining FROM reaper.workers WHERE name=$1", b)
-    await fleet.advance(LOST + 20, beating={b: {"tasks": []}, c: {"tasks": []}})
+    await fleet.advance(LOST + 20, beating={b: {"tasks": []}, c: {"tasks": []}}, step=LIVE)
     repl = await fleet.pool.fetch("SELECT worker FROM reaper.tasks WHERE replaces = 't-a'")
     assert [r["worker"] for r in repl] == [c]
 
@@ -121,7 +124,7 @@ async def test_rule7_returning_reaped_worker_lists_reaped_tasks_as_orphans(fleet
     await setup_service(fleet.pool, "web", {a: ["t-a"], b: []})
     await fleet.beat(a, tasks=["t-a"])
     await fleet.beat(b, tasks=[])
-    await fleet.advance(LOST + 20, beating={b: {"tasks": []}})
+    await fleet.advance(LOST + 20, beating={b: {"tasks": []}}, step=LIVE)
     repl = await fleet.pool.fetchval("SELECT id FROM reaper.tasks WHERE replaces = 't-a'")
     await fleet.beat(b, tasks=[])
     await eventually(
@@ -145,7 +148,7 @@ async def test_rule6_nothing_reaped_in_full_disruption(fleet):
     for n, t in ((a, "t-a"), (b, "t-b"), (c, "t-c")):
         await fleet.beat(n, tasks=[t])
     # a and b go silent: 2 of 3 unhealthy >= 0.55 -> full disruption, no reaping.
-    await fleet.advance(LOST + 60, beating={c: {"tasks": ["t-c"]}})
+    await fleet.advance(LOST + 60, beating={c: {"tasks": ["t-c"]}}, step=LIVE)
     assert (await fleet.state(a)).state == "lost"
     assert await fleet.pool.fetchval("SELECT state FROM reaper.fleet") == "full"
     assert {v[1] for v in (await task_states(fleet.pool)).values()} == {"running"}
@@ -153,11 +156,11 @@ async def test_rule6_nothing_reaped_in_full_disruption(fleet):
     await fleet.beat(b, tasks=["t-b"])
     assert await fleet.pool.fetchval("SELECT state FROM reaper.fleet") == "partial"
     live = {b: {"tasks": ["t-b"]}, c: {"tasks": ["t-c"]}}
-    await fleet.advance(LOST - 60, beating=live)
+    await fleet.advance(LOST - 60, beating=live, step=LIVE)
     assert (await task_states(fleet.pool))["t-a"][1] == "running", (
         "reaped before a fresh LOST_AFTER"
     )
-    await fleet.advance(120, beating=live)
+    await fleet.advance(120, beating=live, step=LIVE)
     assert (await task_states(fleet.pool))["t-a"][1] == "lost"
 
 
@@ -235,7 +238,7 @@ async def test_a_reap_whose_id_is_taken_is_tried_again_under_the_next_id(fleet):
     await fleet.beat(a, tasks=["t-a1"])
     await fleet.beat(b, tasks=[])
     await fleet.beat(c, tasks=[])
-    await fleet.advance(LOST + 40, beating={b: {"tasks": []}, c: {"tasks": []}})
+    await fleet.advance(LOST + 40, beating={b: {"tasks": []}, c: {"tasks": []}}, step=LIVE)
     assert (await fleet.state(a)).state == "lost"
     await eventually(
         lambda: task_states(fleet.pool),

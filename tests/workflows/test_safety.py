@@ -58,7 +58,8 @@ async def test_rule4_stalled_worker_handles_never_destroyed_and_first_report_dec
     await fleet.beat(y)
     # w goes silent for longer than MISSING_TTL (stalled, then lost): nothing of it is
     # destroyed; it returns still holding v-2, and v-2 is kept.
-    await fleet.advance(TTL + LOST, beating={x: {}, y: {}})
+    # x and y beat every 20 s (within STALL_AFTER): they only keep the fleet out of rule 6.
+    await fleet.advance(TTL + LOST, beating={x: {}, y: {}}, step=20)
     assert set(await rows(fleet.pool, "volumes", w)) == {"v-1", "v-2"}
     st = await fleet.beat(w, volumes=["v-1", "v-2"])
     assert st.state == "running"
@@ -130,7 +131,7 @@ async def test_dry_run_records_would_actions_and_changes_nothing(time_env, pool)
             TTL + 30, beating={a: {"volumes": ["v-1"], "tasks": ["t-a"]}, b: {"tasks": ["t-b"]}}
         )
         # a dies: it would be reaped
-        await fleet.advance(LOST + 30, beating={b: {"tasks": ["t-b"]}})
+        await fleet.advance(LOST + 30, beating={b: {"tasks": ["t-b"]}}, step=20)
         assert (await fleet.state(a)).state == "lost"
         assert (await rows(pool, "volumes", a)) == {"v-1": None, "v-2": None}
         assert {k: v[1] for k, v in (await task_states(pool)).items()} == {
