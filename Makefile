@@ -43,9 +43,7 @@ sysdeps:
 # `python -m bench --quick` and a short chaos campaign, each a command that starts its own
 # stack, four to six minutes together) in a third, with the dev-server tests that start a
 # stack of their own (marker `own_stack`: reaper demo, the Web UI, the repairs on a server of
-# their own, a Temporal outage; about four minutes) and the controller-kill and replica tests
-# (marker `second_lane`, on a dev server of that process's own; about two and a half
-# minutes), which balances the second and third. The suite mostly waits on real servers and
+# their own, a Temporal outage; about four minutes), which balances the second and third. The suite mostly waits on real servers and
 # timers (about half a core on average over a serial run), so together they take about as
 # long as the dev-server process alone. The other processes' output is kept in
 # .reaper/test-unit.log and .reaper/test-smoke.log and printed when all have ended; the exit
@@ -56,13 +54,13 @@ test: $(STAMP) sysdeps
 	@mkdir -p .reaper
 	@$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
 		$(UNIT_TESTS) > .reaper/test-unit.log 2>&1 & unit=$$!; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m 'smoke or own_stack or second_lane' tests/e2e \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m 'smoke or own_stack' tests/e2e \
 		> .reaper/test-smoke.log 2>&1 & smoke=$$!; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider \
-		-m 'not slow and not upgrade and not smoke and not own_stack and not second_lane' tests/e2e; e2e=$$?; \
+		-m 'not slow and not upgrade and not smoke and not own_stack' tests/e2e; e2e=$$?; \
 	wait $$unit; u=$$?; wait $$smoke; s=$$?; \
 	echo "---- $(UNIT_TESTS) (exit $$u):"; cat .reaper/test-unit.log; \
-	echo "---- tests/e2e -m 'smoke or own_stack or second_lane' (exit $$s):"; cat .reaper/test-smoke.log; \
+	echo "---- tests/e2e -m 'smoke or own_stack' (exit $$s):"; cat .reaper/test-smoke.log; \
 	echo "---- tests/e2e (exit $$e2e)"; \
 	test $$e2e -eq 0 -a $$u -eq 0 -a $$s -eq 0
 

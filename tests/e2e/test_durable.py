@@ -17,9 +17,6 @@ from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import beat, beats_handled, query_state, send
 from tests.support.polling import eventually
 
-# make test runs these in the smoke runs' process, to balance it with the e2e one (Makefile).
-pytestmark = pytest.mark.second_lane
-
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",
     "REAPER_STALL_AFTER": "2s",

@@ -25,9 +25,6 @@ from tests.support.heartbeats import beats_handled, query_state
 from tests.support.polling import eventually
 from workflows.common import fleet_monitor_id
 
-# make test runs these in the smoke runs' process, to balance it with the e2e one (Makefile).
-pytestmark = pytest.mark.second_lane
-
 STICKY_S = 2
 TIMINGS = {
     "REAPER_HEARTBEAT_INTERVAL": "1s",
