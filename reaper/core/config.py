@@ -6,84 +6,16 @@ Durations are seconds (a number) or a string such as ``30s``, ``5m``, ``1h``, ``
 
 from __future__ import annotations
 
-import re
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BeforeValidator, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from reaper.core.config_values import Seconds, parse_keys
 from reaper.core.policy import rollout
 from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.rollout import DEFAULT_PEER_VERSION
-from reaper.core.signing import is_public_key
-
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-
-
-def parse_duration(value: Any) -> float:
-    """Parse a duration into seconds.
-
-    Args:
-        value: a number of seconds (int, float or numeric string), a ``timedelta``, or a string
-            of one or more ``<number><unit>`` parts with units ``ms``, ``s``, ``m``, ``h``, ``d``
-            (``"30s"``, ``"5m"``, ``"1h30m"``).
-
-    Returns:
-        The duration in seconds, a float >= 0.
-
-    Raises:
-        ValueError: the value is negative, empty or not in one of the forms above.
-    """
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string such as 30s, 5m, 1h")
-    elif isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        try:
-            seconds = float(text)
-        except ValueError:
-            pos, seconds = 0, 0.0
-            for match in _PART.finditer(text):
-                if match.start() != pos:
-                    break
-                seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-                pos = match.end()
-            if pos != len(text) or not text:
-                raise ValueError(
-                    f"{value!r} is not a duration: use seconds or a string such as 30s, 5m, 1h"
-                ) from None
-    else:
-        raise ValueError("a duration is a number of seconds or a string such as 30s, 5m, 1h")
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
-
-
-Seconds = Annotated[float, BeforeValidator(parse_duration)]
-
-
-def parse_keys(value: Any) -> tuple[str, ...]:
-    """Ed25519 public keys from a string separated by commas or whitespace, or a sequence.
-
-    Raises:
-        ValueError: an entry is not standard base64 of 32 bytes.
-    """
-    items = re.split(r"[,\s]+", value) if isinstance(value, str) else list(value or ())
-    keys = tuple(k.strip() for k in items if isinstance(k, str) and k.strip())
-    for key in keys:
-        if not is_public_key(key):
-            raise ValueError(
-                f"{key[:16]!r}... is not an Ed25519 public key (standard base64 of 32 bytes; "
-                "`reaper keygen --out FILE` makes a key and prints it)"
-            )
-    return keys
-
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reaper.core.config import ConfigError, load_settings, parse_duration
+from reaper.core.config import ConfigError, load_settings
+from reaper.core.config_values import parse_duration
 
 
 @pytest.mark.parametrize(

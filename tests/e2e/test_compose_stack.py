@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from reaper.core.config import Settings, parse_duration
+from reaper.core.config import Settings
+from reaper.core.config_values import parse_duration
 from tests.support.compose import (
     COMPOSE,
     DOCKERFILE,

@@ -17,7 +17,8 @@ import pytest
 import typer.main
 
 from reaper.cli.app import app
-from reaper.core.config import Settings, parse_duration
+from reaper.core.config import Settings
+from reaper.core.config_values import parse_duration
 from tests.support.compose import contract_variables
 from tests.support.paths import ROOT
 

@@ -34,7 +34,8 @@ from reaper.cli.app import (
     settings_from,
     setup_logging,
 )
-from reaper.core.config import ConfigError, parse_duration
+from reaper.core.config import ConfigError
+from reaper.core.config_values import parse_duration
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

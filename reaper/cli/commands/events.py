@@ -30,7 +30,8 @@ from reaper.cli.app import (
 )
 from reaper.cli.commands.workers import find_database_url
 from reaper.cli.follow import FollowWindow
-from reaper.core.config import ConfigError, parse_duration
+from reaper.core.config import ConfigError
+from reaper.core.config_values import parse_duration
 
 if TYPE_CHECKING:
     from reaper.cli import read
