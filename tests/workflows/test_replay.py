@@ -19,6 +19,9 @@ import os
 
 import pytest
 
+from reaper.core import protocol
+from reaper.core.protocol import build_beats
+from tests.support.heartbeats import send
 from tests.support.releases import HISTORIES, replay_stored
 from tests.support.scheduler import insert, setup_service
 
@@ -47,9 +50,41 @@ async def _record(fleet) -> None:
         (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
+async def _record_peer_1_1(fleet, monkeypatch) -> None:
+    """A life under ``REAPER_PEER_VERSION=1.1`` (the suite's settings): steady beats whose
+    tasks re-arm the deadline timer (``rearm-on-beat``), a report in six small chunks sent at
+    once (``wide-staging``: staged together), a stall and a return."""
+    w = fleet.name("p")
+    await insert(fleet.pool, "containers", w, [f"c-{i:03d}" for i in range(120)])
+    await fleet.beat(w, containers=[f"c-{i:03d}" for i in range(120)])
+    await fleet.advance(60, beating={w: {}})
+    # Six chunks of a 119-handle list (the agent's limits made small).
+    monkeypatch.setattr(protocol, "INLINE_MAX_BYTES", 256)
+    monkeypatch.setattr(protocol, "CHUNK_MAX_BYTES", 160)
+    beats = build_beats(w, fleet.boot[w], fleet.seq[w] + 1, {"containers": HANDLES_1_1}, None)
+    assert len(beats) > 5
+    for b in beats:
+        await send(fleet.client, fleet.tq, b, worker=w)
+    fleet.seq[w] = beats[-1]["seq"]
+    await fleet.settle(w, lambda s: s.last_seq == fleet.seq[w])
+    await fleet.advance(60, beating={})  # stalls
+    await fleet.beat(w)  # and returns
+    await fleet.advance(30, beating={w: {}})
+    history = await fleet.client.get_workflow_handle(f"liveness-{w}").fetch_history()
+    (HISTORIES / "liveness-peer-1.1.json").write_text(history.to_json())
+
+
+HANDLES_1_1 = [f"c-{i:03d}" for i in range(1, 120)]
+
+
 @pytest.mark.skipif(not RECORD, reason="set REAPER_RECORD_HISTORIES=1 to record")
 async def test_record_histories(fleet):
     await _record(fleet)
+
+
+@pytest.mark.skipif(not RECORD, reason="set REAPER_RECORD_HISTORIES=1 to record")
+async def test_record_peer_1_1_history(fleet, monkeypatch):
+    await _record_peer_1_1(fleet, monkeypatch)
 
 
 # collector: kinds in turn, before the `kinds-apart` patch; collector-kinds-apart: after it.
@@ -57,6 +92,8 @@ async def test_record_histories(fleet):
 # workers, one lost and reaped; not rewritten by REAPER_RECORD_HISTORIES).
 # liveness-lean-start: the life above recorded at commit a51bfc2 (patch `lean-start`, row
 # refreshes at half of STALL_AFTER as local activities), before `refresh-at-bound`.
+# liveness-peer-1.1: a life recorded at REAPER_PEER_VERSION=1.1 (rearm-on-beat and
+# wide-staging, reaper/core/policy/rollout.py), commit after ec4e8cf.
 # release-<version>-*: what each release's controller wrote in the upgrade test
 # (tests/e2e/test_upgrade.py records them with REAPER_RECORD_HISTORIES=1, from the release
 # exported from git): every one of every release replays on the current code.
@@ -68,6 +105,7 @@ RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
     [
         "liveness",
         "liveness-lean-start",
+        "liveness-peer-1.1",
         "collector",
         "collector-kinds-apart",
         "reap",
