@@ -70,24 +70,23 @@ class DeadlineTimer:
 
     async def wait(
         self,
-        deadline: datetime | None,
+        next_deadline: Callable[[], datetime | None],
         has_work: Callable[[], bool],
         label: str,
-        moved: Callable[[], datetime | None] | None = None,
         rearm_within: float | None = None,
     ) -> datetime | None:
-        """Wait until ``has_work()`` or ``deadline`` (UTC) plus the slack has passed.
+        """Wait until ``has_work()`` or the next deadline (UTC) plus the slack has passed.
 
         Args:
-            deadline: the next deadline (UTC), or ``None``: wait for work alone.
+            next_deadline: the next deadline as it is now (UTC), or ``None``: wait for work
+                alone. A beat moves it later.
             has_work: whether the loop has work (evaluated after each activation).
             label: the timer's summary in the Web UI.
-            moved: the next deadline as it is now (a beat moves it later), with
-                ``rearm_within`` (the heartbeat interval, seconds): also return, in that
-                beat's own activation, once the running timer is to be re-armed
-                (``liveness_clock.rearm_due``), so the loop re-arms it there instead of
-                letting it fire in a workflow task of its own. ``None``: never (runs
-                without ``rearm-on-beat``, as every release before 1.1).
+            rearm_within: with ``rearm-on-beat``, the heartbeat interval (seconds): also
+                return, in a beat's own activation, once the running timer is to be re-armed
+                for the moved deadline (``liveness_clock.rearm_due``), so the loop re-arms it
+                there instead of letting it fire in a workflow task of its own. ``None``:
+                never (runs without ``rearm-on-beat``, as every release before 1.1).
 
         Returns:
             The deadline that passed, or ``None`` if work arrived first (or a re-arm is due).
@@ -95,6 +94,7 @@ class DeadlineTimer:
         self._collect()
         if has_work():
             return None
+        deadline = next_deadline()
         if deadline is None:
             await workflow.wait_condition(has_work)
             return None
@@ -112,12 +112,13 @@ class DeadlineTimer:
                 timer.cancel()
             self._deadline = deadline
             self._timer = timer = asyncio.ensure_future(self._sleep(delay, label, deadline))
-        if moved is None:
-            await workflow.wait_condition(lambda: has_work() or timer.done())
-        else:
-            await workflow.wait_condition(
-                lambda: has_work() or timer.done() or self._rearm(moved(), rearm_within)
+        await workflow.wait_condition(
+            lambda: (
+                has_work()
+                or timer.done()
+                or (rearm_within is not None and self._rearm(next_deadline(), rearm_within))
             )
+        )
         if not timer.done():
             return None
         self._collect()

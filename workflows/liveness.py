@@ -242,14 +242,12 @@ class WorkerLiveness:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             # rearm-on-beat: the beat before the timer would fire re-arms it (rollout.py).
-            within = live.timings.heartbeat_interval if live.timings else None
-            within = within if live.features.rearm_on_beat else None
+            t = live.timings
             fired = await self.timer.wait(
-                machine.next_deadline(live),
+                self._next_deadline,
                 self._has_work,
                 f"{live.state.value}: next liveness deadline",
-                moved=self._next_deadline if within is not None else None,
-                rearm_within=within,
+                rearm_within=t.heartbeat_interval if t and live.features.rearm_on_beat else None,
             )
             if fired is not None:
                 for note in machine.deadline_passed(live, fired, workflow.now()):
