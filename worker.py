@@ -28,6 +28,7 @@ from reaper.core.models import Timings
 from reaper.infra.db import Unreachable, create_pool, migrate
 from reaper.infra.metrics_endpoint import sdk_runtime, serving
 from reaper.infra.temporal import (
+    PeerVersionGate,
     connect,
     ensure_search_attributes,
     while_unavailable,
@@ -84,6 +85,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             activities=acts.all(),
             max_concurrent_activities=64,
             workflow_runner=workflow_runner(settings.workflow_sandbox),
+            interceptors=[PeerVersionGate(settings.peer_version)],
             # Two workflows per worker (liveness and collector) stay cached: with the SDK's
             # default of 1,000, a fleet past 500 workers replays on every beat (BENCHMARKS.md
             # metric 6).

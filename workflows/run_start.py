@@ -9,6 +9,12 @@ has no place of its own in history, so a replay after an eviction could apply th
 beats around another beat than the run did (a nondeterminism seen with a one-workflow cache,
 tests/e2e/test_replay_always.py); an activity's completion is an event, ordered among the
 signals.
+
+Since ``one-task-start`` (issue 20), where every peer is of this line, a first run makes the
+same read as a local activity and so registers its worker in its first workflow task: the
+beats of a new worker arrive in later tasks (all but the one that started the run), and the
+test of a fleet replayed on every activation (tests/e2e/test_replay_always.py) covers the
+registrations of its fresh workers.
 """
 
 from __future__ import annotations
@@ -42,6 +48,11 @@ REFRESH_AT_BOUND = "refresh-at-bound"
 heartbeat refreshes only once the row's lag nears ``STALL_AFTER``
 (``policy.liveness.row_refresh_due`` with the heartbeat interval): every third beat at the
 defaults instead of every other one."""
+ONE_TASK_START = rollout.ONE_TASK_START
+"""Patch: everything ``refresh-at-bound`` does (one marker still decides a run's features),
+and a first run's start-up read is a local activity, so the worker is registered in the
+run's first workflow task (``rollout.ONE_TASK_START``; only where this controller's peer
+version allows it)."""
 READ_TIMEOUT = timedelta(seconds=10)
 
 
@@ -53,12 +64,15 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     whose activation a replay may place elsewhere: ``refresh-at-bound`` implies
     ``lean-start`` (a new run records that marker alone), which implies the change feed;
     and, from the peer version its read recorded, the command changes of
-    ``reaper.core.policy.rollout`` (``rearm-on-beat``, ``wide-staging``).
+    ``reaper.core.policy.rollout`` (``rearm-on-beat``, ``wide-staging``). A ``first`` run
+    that takes ``one-task-start`` (which implies ``refresh-at-bound``) makes the read as a
+    local activity.
 
     Returns:
         The worker's row, or ``None``.
     """
-    at_bound = workflow.patched(REFRESH_AT_BOUND)
+    one_task = first and _starts_in_one_task()
+    at_bound = one_task or workflow.patched(REFRESH_AT_BOUND)
     lean = at_bound or workflow.patched(LEAN_START)
     live.features = RunFeatures(
         local_writes=lean,
@@ -72,15 +86,39 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
         await gate.load_pin()
         _decide_rollout(live)
         return None
-    start = await run_activity(
-        ReaperActivities.begin_liveness,
-        BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None),
-        summary=f"read settings and {live.worker}'s row and pin",
-    )
+    req = BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None)
+    if one_task:
+        start = await workflow.execute_local_activity_method(
+            ReaperActivities.begin_liveness,
+            req,
+            start_to_close_timeout=READ_TIMEOUT,
+            summary=f"read settings and {live.worker}'s row and pin",
+        )
+    else:
+        start = await run_activity(
+            ReaperActivities.begin_liveness,
+            req,
+            summary=f"read settings and {live.worker}'s row and pin",
+        )
     live.timings = start.timings
     gate.use_pin(start.agent_key)
     _decide_rollout(live)
     return start.record
+
+
+def _starts_in_one_task() -> bool:
+    """Whether this first run registers its worker in its first workflow task
+    (``one-task-start``). Outside replay the controller's peer version decides (the extern
+    function of ``reaper.infra.temporal.PeerVersionGate``; none: the oldest line), and a yes
+    is recorded as the patch marker; in replay only that marker counts, whatever the
+    setting is today. A first run has nothing else recorded yet that could carry the
+    decision: its start input is the agent's ``{"worker": name}``."""
+    if not workflow.unsafe.is_replaying():
+        ask = workflow.extern_functions().get(rollout.PEER_VERSION_EXTERN)
+        peer = str(ask()) if ask is not None else rollout.DEFAULT_PEER_VERSION
+        if not rollout.uses(ONE_TASK_START, peer):
+            return False
+    return workflow.patched(ONE_TASK_START)
 
 
 def _decide_rollout(live: LivenessState) -> None:

@@ -710,13 +710,22 @@ async def verify(
 
 def recorded_peer_versions(history: WorkflowHistory) -> list[str]:
     """The peer versions (``REAPER_PEER_VERSION``) a liveness run's start-up reads recorded
-    (``begin_liveness`` results; a release before 1.1 records none)."""
+    (``begin_liveness`` results, an activity's or, with ``one-task-start``, a local
+    activity's marker; a release before 1.1 records none)."""
     found = []
     for e in history.events:
-        if e.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            payloads = list(e.activity_task_completed_event_attributes.result.payloads)
+        elif e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            result = e.marker_recorded_event_attributes.details.get("result")
+            payloads = list(result.payloads) if result is not None else []
+        else:
             continue
-        for payload in e.activity_task_completed_event_attributes.result.payloads:
-            data = json.loads(payload.data) if payload.data else None
+        for payload in payloads:
+            try:
+                data = json.loads(payload.data) if payload.data else None
+            except ValueError:
+                continue
             timings = data.get("timings") if isinstance(data, dict) else None
             if isinstance(timings, dict) and "peer_version" in timings:
                 found.append(timings["peer_version"])

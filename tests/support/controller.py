@@ -16,6 +16,7 @@ from activities import ReaperActivities
 from reaper.core.config import Settings
 from reaper.core.models import Timings
 from reaper.core.policy.rollout import RELEASE_LINES
+from reaper.infra.temporal import PeerVersionGate
 from reaper.kit.controller import Controller
 from reaper.kit.processes import find_binary as kit_find_binary
 from tests.support.paths import ROOT
@@ -116,6 +117,7 @@ def controller(
         task_queue=task_queue,
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
+        interceptors=[PeerVersionGate(settings.peer_version)],
         **worker_options,
     )
 

@@ -35,8 +35,27 @@ WIDE_STAGING = "wide-staging"
 (``workflows.staging.STAGE_PARALLEL_WIDE``): a 100,000-handle report's 52 chunks in 4 rounds
 of activities instead of 13 (issue 20, metric 3b)."""
 
-COMMAND_CHANGES: dict[str, str] = {REARM_ON_BEAT: "1.1", WIDE_STAGING: "1.1"}
+ONE_TASK_START = "one-task-start"
+"""Register a new worker in the first workflow task of its liveness: the start-up read
+(``begin_liveness``) as a local activity, so the ``running`` row is written in the same task
+instead of a second one after an activity (issue 20, BENCHMARKS.md proposal 1: 16 history
+events to 11 per registration, one trip through the task queue instead of two). A first run
+has no start-up read of its own to record a peer version in yet, so it is decided from the
+controller's own setting (:data:`PEER_VERSION_EXTERN`) and recorded by a patch marker."""
+
+COMMAND_CHANGES: dict[str, str] = {
+    REARM_ON_BEAT: "1.1",
+    WIDE_STAGING: "1.1",
+    ONE_TASK_START: "1.1",
+}
 """Each change of a workflow's commands and the line that introduced it."""
+
+
+PEER_VERSION_EXTERN = "reaper_peer_version"
+"""Name of the function (no arguments, returns this controller's ``REAPER_PEER_VERSION``)
+that a controller gives its workflows (``reaper.infra.temporal.PeerVersionGate``). Workflow
+code asks it only outside replay, for a decision it records (a patch marker); a worker
+without it (the SDK's ``Replayer``) counts as :data:`DEFAULT_PEER_VERSION`."""
 
 
 def known_line(version: str) -> bool:

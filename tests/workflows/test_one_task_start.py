@@ -1,0 +1,74 @@
+"""``one-task-start`` (``reaper.core.policy.rollout``): where every peer is of this line, a new
+worker is registered in the first workflow task of its liveness (the start-up read a local
+activity, the ``running`` row written in the same task); where a peer may be of the previous
+line (``REAPER_PEER_VERSION=1.0``) the first run keeps that line's commands. Either history
+replays without the controller's setting (the SDK's ``Replayer`` has none): the patch marker,
+not the setting, decides a replay. Time-skipping server."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from reaper.core.policy.rollout import ONE_TASK_START, RELEASE_LINES
+from tests.support.fleet import fleet_with
+from tests.support.polling import eventually
+from tests.support.upgrade import features
+from workflows import ALL_WORKFLOWS
+from workflows.common import liveness_id
+
+
+def _until_first_timer(history: WorkflowHistory) -> list[str]:
+    """Event type names of a liveness's history up to its first ``TimerStarted`` (the
+    deadline armed once the worker is registered)."""
+    names: list[str] = []
+    for e in history.events:
+        names.append(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_"))
+        if names[-1] == "TIMER_STARTED":
+            break
+    return names
+
+
+def _patched(history: WorkflowHistory, patch: str) -> bool:
+    """Whether a history holds the patch marker ``patch``."""
+    return f"MARKER_RECORDED:core_patch:{patch}" in features(history)
+
+
+@pytest.mark.parametrize("peer", RELEASE_LINES)
+async def test_a_registration_takes_one_workflow_task(
+    time_env: WorkflowEnvironment, pool: asyncpg.Pool, peer: str
+) -> None:
+    async with fleet_with(time_env, pool, peer_version=peer) as fleet:
+        w = fleet.name("w")
+        await fleet.beat(w)
+        await eventually(
+            lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
+            lambda s: s == "running",
+            what="registered",
+        )
+        handle = time_env.client.get_workflow_handle(liveness_id(w))
+        await eventually(
+            handle.fetch_history,
+            lambda h: "TIMER_STARTED" in _until_first_timer(h),
+            what="deadline armed",
+        )
+        history = await handle.fetch_history()
+    seen = _until_first_timer(history)
+    if peer == RELEASE_LINES[-1]:
+        assert seen.count("WORKFLOW_TASK_COMPLETED") == 1, seen
+        assert "ACTIVITY_TASK_SCHEDULED" not in seen, seen
+        assert _patched(history, ONE_TASK_START)
+        assert len(seen) <= 11, seen  # 16 with the previous line's commands
+    else:
+        assert seen.count("WORKFLOW_TASK_COMPLETED") >= 2, seen
+        assert "ACTIVITY_TASK_SCHEDULED" in seen, seen
+        assert not _patched(history, ONE_TASK_START)
+    # A replay has no controller setting: the marker decides (absent: the previous line).
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
