@@ -72,3 +72,48 @@ async def test_a_registration_takes_one_workflow_task(
     replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
+
+
+@pytest.mark.parametrize("peer", RELEASE_LINES)
+async def test_a_retired_boot_beating_again_is_ignored_on_either_line(
+    time_env: WorkflowEnvironment, pool: asyncpg.Pool, peer: str
+) -> None:
+    """A beat of a retired boot starts a new first run (CONTRACT.md §5.1): at 1.1 its start-up
+    read is the local activity, and the row it returns (``Retirement.registers_afresh``)
+    ends the run with the beat ignored, as the activity's does at 1.0; the run replays."""
+    async with fleet_with(time_env, pool, peer_version=peer) as fleet:
+        w = fleet.name("w")
+        await fleet.beat(w, containers=[])
+        handle = time_env.client.get_workflow_handle(liveness_id(w))
+        await handle.signal("retire", {"reason": "decommission"})
+        await eventually(
+            lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
+            lambda s: s == "retired",
+            what="retired",
+        )
+        first = await eventually(
+            handle.describe, lambda d: d.close_time is not None, what="liveness ended"
+        )
+        st = await fleet.beat(w, containers=["c-late"])  # the same boot
+        assert st.state == "retired" and st.ignored >= 1, st
+        again = await eventually(
+            handle.describe,
+            lambda d: d.run_id != first.run_id and d.close_time is not None,
+            what="the retired boot's run ended",
+        )
+        assert await pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w) == (
+            "retired"
+        )
+        assert (
+            await pool.fetchval("SELECT count(*) FROM reaper.unknown_handles WHERE worker = $1", w)
+            == 0
+        )
+        history = await time_env.client.get_workflow_handle(
+            liveness_id(w), run_id=again.run_id
+        ).fetch_history()
+    seen = features(history)
+    assert _patched(history, ONE_TASK_START) == (peer == RELEASE_LINES[-1]), seen
+    assert ("ACTIVITY_TASK_SCHEDULED:begin_liveness" in seen) == (peer != RELEASE_LINES[-1]), seen
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
