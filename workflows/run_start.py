@@ -14,7 +14,9 @@ Since ``one-task-start`` (issue 20), where every peer is of this line, a first r
 same read as a local activity and so registers its worker in its first workflow task: the
 beats of a new worker arrive in later tasks (all but the one that started the run), and the
 test of a fleet replayed on every activation (tests/e2e/test_replay_always.py) covers the
-registrations of its fresh workers.
+registrations of its fresh workers. Its one cost: a local activity holds the run in the
+controller's workflow cache while it waits, so with a full cache and a slow read the
+next workflow task times out once (10 s; tests/e2e/test_one_task_start.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
     from reaper.core.policy import rollout
     from workflows import front_door
-    from workflows.common import CHANGE_FEED, run_activity
+    from workflows.common import CHANGE_FEED, RETRY, run_activity
     from workflows.gate import Gate
 
 ONE_READ_START = "one-read-start"
@@ -92,6 +94,9 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
             ReaperActivities.begin_liveness,
             req,
             start_to_close_timeout=READ_TIMEOUT,
+            # As the activity's: at most 10 s between tries, so a run is back within seconds
+            # of Postgres (rule 8); the SDK's default backs off to 100 s.
+            retry_policy=RETRY,
             summary=f"read settings and {live.worker}'s row and pin",
         )
     else:
