@@ -14,9 +14,10 @@ Since ``one-task-start`` (issue 20), where every peer is of this line, a first r
 same read as a local activity and so registers its worker in its first workflow task: the
 beats of a new worker arrive in later tasks (all but the one that started the run), and the
 test of a fleet replayed on every activation (tests/e2e/test_replay_always.py) covers the
-registrations of its fresh workers. Its one cost: a local activity holds the run in the
+registrations of its fresh workers. Its cost: a local activity holds the run in the
 controller's workflow cache while it waits, so with a full cache and a slow read the
-next workflow task times out once (10 s; tests/e2e/test_one_task_start.py).
+next workflow task times out once (10 s; tests/e2e/test_one_task_start.py), as a
+registration's local row write could already.
 """
 
 from __future__ import annotations
