@@ -49,8 +49,11 @@ def test_an_unknown_peer_version_refuses_to_start() -> None:
         (10, 30, True),
         (10, 10, False),  # the deadline did not move
         (15, 12, False),  # an earlier deadline: the loop re-arms that in any case
+        (1.5, 30, True),
+        (1, 30, False),  # due within a tenth of an interval: left to fire, not cancelled
+        (0, 30, False),
     ],
 )
-def test_rearm_due(armed_in: int, moved_to: int, due: bool) -> None:
+def test_rearm_due(armed_in: float, moved_to: int, due: bool) -> None:
     armed_for = T0 + timedelta(seconds=armed_in)
     assert rearm_due(armed_for, T0 + timedelta(seconds=moved_to), T0, 10.0) is due

@@ -66,8 +66,14 @@ def rearm_due(
     ``TimerStarted``; a timer left to fire while the worker is healthy costs a workflow task
     of its own and five events (issue 20, BENCHMARKS.md). At the defaults (STALL_AFTER three
     intervals) every other beat re-arms and the timer never fires while beats come. Used
-    only by runs whose peers all know it (``rollout.REARM_ON_BEAT``)."""
-    return armed_for < deadline and (armed_for - now).total_seconds() <= 1.5 * heartbeat_interval
+    only by runs whose peers all know it (``rollout.REARM_ON_BEAT``).
+
+    A timer due within a tenth of an interval is left to fire: cancelling it could race its
+    firing while the beat's task is with the controller, a cancel the server then has to
+    refuse (Temporal's time-skipping test server strands the run, temporalio/sdk-java#3088),
+    and a beat that late is rare while beats come on time."""
+    left = (armed_for - now).total_seconds()
+    return armed_for < deadline and 0.1 * heartbeat_interval < left <= 1.5 * heartbeat_interval
 
 
 def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> list[str]:
