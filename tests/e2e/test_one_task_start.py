@@ -17,7 +17,6 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -28,7 +27,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from reaper.core.policy.rollout import ONE_TASK_START, RELEASE_LINES
-from tests.support.controller import controller, make_settings
+from tests.support.controller import evicting_controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, query_state, send
 from tests.support.polling import eventually
 from tests.support.upgrade import features
@@ -100,14 +99,7 @@ async def test_beats_and_a_drain_during_a_slow_first_read(dev_env, pool) -> None
     suffix = uuid.uuid4().hex[:6]
     w = f"slow-{suffix}"
     settings = make_settings(**TIMINGS)
-    async with controller(
-        client,
-        pool,
-        settings,
-        tq,
-        max_cached_workflows=1,
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
-    ):
+    async with evicting_controller(client, pool, settings, tq):
         handle = client.get_workflow_handle(liveness_id(w))
         async with workers_locked(pool):
             started = await send(client, tq, beat(w, 0))
@@ -184,14 +176,7 @@ async def test_beats_that_arrive_during_the_first_tasks_read(dev_env, pool, peer
     suffix = uuid.uuid4().hex[:6]
     w, other = f"quick-{suffix}", f"other-{suffix}"
     settings = make_settings(**TIMINGS, peer_version=peer)
-    async with controller(
-        client,
-        pool,
-        settings,
-        tq,
-        max_cached_workflows=1,
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
-    ):
+    async with evicting_controller(client, pool, settings, tq):
         await send(client, tq, beat(other, 0))
         await eventually(
             lambda: query_state(client, other), lambda s: s.state == "running", what="other"

@@ -14,13 +14,12 @@ the fleet monitor reads the change feed meanwhile.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tests.support.agents import Agents
-from tests.support.controller import controller, make_settings, start_monitor
+from tests.support.controller import evicting_controller, make_settings, start_monitor
 from tests.support.heartbeats import failed_tasks, query_state
 from tests.support.polling import eventually
 from tests.support.scheduler import insert
@@ -69,14 +68,7 @@ async def test_every_workflow_replays_the_way_it_ran(dev_env, pool) -> None:
     for w in workers:
         await insert(pool, "containers", w, [f"{w}-c1", f"{w}-c2"])
     settings = make_settings(**TIMINGS)
-    async with controller(
-        client,
-        pool,
-        settings,
-        tq,
-        max_cached_workflows=1,
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
-    ):
+    async with evicting_controller(client, pool, settings, tq):
         await start_monitor(client, settings, tq)
         with Agents(client, tq, interval=1.0) as agents:
             for w in workers:

@@ -4,6 +4,7 @@ as a child process (:class:`ControllerProcess`, the kit's ``python worker.py``).
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,22 @@ def controller(
         activities=acts.all(),
         interceptors=[PeerVersionGate(settings.peer_version)],
         **worker_options,
+    )
+
+
+def evicting_controller(
+    client: Client, pool: asyncpg.Pool, settings: Settings, task_queue: str
+) -> Worker:
+    """:func:`controller` caching one workflow (``max_cached_workflows=1``) with a 1 s sticky
+    queue timeout: nearly every activation first replays its workflow's history, so a
+    nondeterminism shows as a failed workflow task."""
+    return controller(
+        client,
+        pool,
+        settings,
+        task_queue,
+        max_cached_workflows=1,
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     )
 
 
