@@ -214,3 +214,50 @@ async def test_beats_that_arrive_during_the_first_tasks_read(dev_env, pool, peer
     timed_out = [await timed_out_tasks(client, liveness_id(n)) for n in (w, other)]
     await finish(client, [w, other])
     assert sum(timed_out) <= CACHE_PRESSURE_TIMEOUTS, (timed_out, sequence(history))
+
+
+async def runs(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """The history of every run of ``workflow_id``, first to last."""
+    out = []
+    async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        out.append(await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history())
+    return sorted(out, key=lambda h: h.events[0].event_time.ToDatetime())
+
+
+@pytest.mark.parametrize(
+    ("started", "continued"),
+    [(RELEASE_LINES[-1], RELEASE_LINES[-2]), (RELEASE_LINES[-2], RELEASE_LINES[-1])],
+)
+async def test_a_run_started_at_one_peer_version_continues_at_the_other(
+    dev_env, pool, started: str, continued: str
+) -> None:
+    """A controller at one peer version registers a worker and stops; one at the other takes
+    the liveness on, past a continue-as-new (the dev server's, about 30 events): no failed
+    task, only a first run started at this line carries the marker, and every run replays
+    without a setting (the marker alone decides; a run of a lone WorkflowExecutionStarted is
+    left out: the SDK's Replayer does not return from one)."""
+    client: Client = dev_env.client
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    w = f"h-{uuid.uuid4().hex[:6]}"
+    async with evicting_controller(client, pool, make_settings(peer_version=started), tq):
+        for seq in (0, 1):
+            await send(client, tq, beat(w, seq))
+        await eventually(lambda: query_state(client, w), lambda s: s.last_seq == 1, what="beat 1")
+    async with evicting_controller(client, pool, make_settings(peer_version=continued), tq):
+        for seq in range(2, 9):
+            await send(client, tq, beat(w, seq))
+        st = await eventually(
+            lambda: query_state(client, w), lambda s: s.last_seq == 8, what="beat 8"
+        )
+        histories = await runs(client, liveness_id(w))
+        failed = await failed_tasks(client, liveness_id(w))
+    await finish(client, [w])
+    marker = f"MARKER_RECORDED:core_patch:{ONE_TASK_START}"
+    assert st.state == "running"
+    assert failed == []
+    assert len(histories) >= 2, "no continue-as-new"
+    assert (marker in features(histories[0])) is (started == RELEASE_LINES[-1])
+    assert not any(marker in features(h) for h in histories[1:])
+    for h in histories:
+        if any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in h.events):
+            await replays(h)
