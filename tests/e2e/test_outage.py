@@ -59,7 +59,7 @@ from tests.support.polling import eventually
 from worker import start_fleet_monitor
 from workflows.common import SEARCH_ATTRIBUTES, fleet_monitor_id, liveness_id
 
-HEARTBEAT_S, STALL_AFTER_S, LOST_AFTER_S = 1.0, 2.0, 5.0
+HEARTBEAT_S, STALL_AFTER_S, LOST_AFTER_S = 1.0, 3.0, 6.0
 FAST = {
     "REAPER_HEARTBEAT_INTERVAL": f"{HEARTBEAT_S:g}s",
     "REAPER_STALL_AFTER": f"{STALL_AFTER_S:g}s",
@@ -69,8 +69,11 @@ FAST = {
 }
 OUTAGE_S = LOST_AFTER_S + 3.0
 """How long the component stays down: longer than LOST_AFTER (the scenario itself)."""
-LATE_S = STALL_AFTER_S / 2
-"""How long after the recovery the late worker ``c`` beats again (within STALL_AFTER)."""
+LATE_S = 1.0
+"""How long after the recovery the late worker ``c`` beats again (within STALL_AFTER). Two
+seconds of STALL_AFTER stay for its client to reach a restarted server: under load that
+took up to 1.5 s, and at STALL_AFTER 2 s the harness's premise failed (c's first beat
+accepted 2.53 s after the recovery)."""
 SETTLE_BEATS = 5
 """Beats each worker must have had handled after its first beat after the recovery before
 the verdict: a wrong ``lost`` comes at the latest when the outage grace (STALL_AFTER from
