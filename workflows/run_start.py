@@ -122,7 +122,7 @@ def _starts_in_one_task() -> bool:
     if not workflow.unsafe.is_replaying():
         ask = workflow.extern_functions().get(rollout.PEER_VERSION_EXTERN)
         peer = str(ask()) if ask is not None else rollout.DEFAULT_PEER_VERSION
-        if not rollout.uses(ONE_TASK_START, peer):
+        if not rollout.ONE_TASK_START_ON or not rollout.uses(ONE_TASK_START, peer):
             return False
     return workflow.patched(ONE_TASK_START)
 

@@ -26,6 +26,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
+from reaper.core.policy import rollout
 from reaper.core.policy.rollout import ONE_TASK_START, RELEASE_LINES
 from tests.support.controller import evicting_controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, query_state, send
@@ -35,6 +36,14 @@ from workflows import ALL_WORKFLOWS
 from workflows.common import collector_id, liveness_id
 
 TIMINGS = dict(heartbeat_interval=2.0, stall_after=6, lost_after=60, missing_ttl=6)
+
+
+@pytest.fixture(autouse=True)
+def one_task_start_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``one-task-start`` is off in this release (``rollout.ONE_TASK_START_ON``); these tests
+    switch it on for the in-process controllers (``rollout`` is passed through the sandbox,
+    so the controllers see the same module)."""
+    monkeypatch.setattr(rollout, "ONE_TASK_START_ON", True)
 
 
 @asynccontextmanager

@@ -43,6 +43,14 @@ events to 11 per registration, one trip through the task queue instead of two). 
 has no start-up read of its own to record a peer version in yet, so it is decided from the
 controller's own setting (:data:`PEER_VERSION_EXTERN`) and recorded by a patch marker."""
 
+ONE_TASK_START_ON = False
+"""Whether a controller takes :data:`ONE_TASK_START` at all (when its peer version allows
+it). Off in this release: with the suite's controllers at 1.1 on 2 loaded cores, a first
+task that holds Postgres reads let queries overflow the server's buffer for a workflow
+whose task is in flight ("consistent query buffer is full"), and a burst of large reports at
+a first beat failed a workflow task; neither happens when the read is an activity. Replays
+of runs that took it (the marker) work either way. Its own tests switch it on."""
+
 COMMAND_CHANGES: dict[str, str] = {
     REARM_ON_BEAT: "1.1",
     WIDE_STAGING: "1.1",
