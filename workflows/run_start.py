@@ -10,7 +10,8 @@ beats around another beat than the run did (a nondeterminism seen with a one-wor
 tests/e2e/test_replay_always.py); an activity's completion is an event, ordered among the
 signals.
 
-Since ``one-task-start`` (issue 20), where every peer is of this line, a first run makes the
+With ``one-task-start`` (issue 20; built, switched off in this release by
+``rollout.ONE_TASK_START_ON``), where every peer is of this line, a first run makes the
 same read as a local activity and so registers its worker in its first workflow task: the
 beats of a new worker arrive in later tasks (all but the one that started the run), and the
 test of a fleet replayed on every activation (tests/e2e/test_replay_always.py) covers the
@@ -90,6 +91,7 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
         _decide_rollout(live)
         return None
     req = BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None)
+    summary = f"read settings and {live.worker}'s row and pin"
     if one_task:
         start = await workflow.execute_local_activity_method(
             ReaperActivities.begin_liveness,
@@ -98,14 +100,10 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
             # As the activity's: at most 10 s between tries, so a run is back within seconds
             # of Postgres (rule 8); the SDK's default backs off to 100 s.
             retry_policy=RETRY,
-            summary=f"read settings and {live.worker}'s row and pin",
+            summary=summary,
         )
     else:
-        start = await run_activity(
-            ReaperActivities.begin_liveness,
-            req,
-            summary=f"read settings and {live.worker}'s row and pin",
-        )
+        start = await run_activity(ReaperActivities.begin_liveness, req, summary=summary)
     live.timings = start.timings
     gate.use_pin(start.agent_key)
     _decide_rollout(live)
@@ -120,9 +118,11 @@ def _starts_in_one_task() -> bool:
     setting is today. A first run has nothing else recorded yet that could carry the
     decision: its start input is the agent's ``{"worker": name}``."""
     if not workflow.unsafe.is_replaying():
+        if not rollout.ONE_TASK_START_ON:
+            return False
         ask = workflow.extern_functions().get(rollout.PEER_VERSION_EXTERN)
         peer = str(ask()) if ask is not None else rollout.DEFAULT_PEER_VERSION
-        if not rollout.ONE_TASK_START_ON or not rollout.uses(ONE_TASK_START, peer):
+        if not rollout.uses(ONE_TASK_START, peer):
             return False
     return workflow.patched(ONE_TASK_START)
 

@@ -88,6 +88,17 @@ async def timed_out_tasks(client: Client, workflow_id: str) -> int:
     return n
 
 
+async def registered_with_every_beat(client: Client, worker: str, last_seq: int) -> None:
+    """Wait until ``worker`` is ``running`` with beat ``last_seq`` handled, none rejected."""
+    st = await eventually(
+        lambda: query_state(client, worker),
+        lambda s: s.state == "running" and s.last_seq == last_seq,
+        timeout=20,
+        what="registered with every beat",
+    )
+    assert st.rejected == 0, st
+
+
 def count(history: WorkflowHistory, event: int) -> int:
     return sum(1 for e in history.events if e.event_type == event)
 
@@ -128,13 +139,7 @@ async def test_beats_and_a_drain_during_a_slow_first_read(dev_env, pool) -> None
                 timeout=10,
                 what="beats and drain received",
             )
-        st = await eventually(
-            lambda: query_state(client, w),
-            lambda s: s.state == "running" and s.last_seq == 2,
-            timeout=20,
-            what="registered with every beat",
-        )
-        assert st.rejected == 0, st
+        await registered_with_every_beat(client, w, 2)
         row = await eventually(
             lambda: pool.fetchrow(
                 "SELECT state, draining, last_seq FROM reaper.workers WHERE name = $1", w
@@ -201,13 +206,7 @@ async def test_beats_that_arrive_during_the_first_tasks_read(dev_env, pool, peer
         for seq in (3, 4):
             await send(client, tq, beat(other, seq))
             await send(client, tq, beat(w, seq))
-        st = await eventually(
-            lambda: query_state(client, w),
-            lambda s: s.state == "running" and s.last_seq == 4,
-            timeout=20,
-            what="registered with every beat",
-        )
-        assert st.rejected == 0, st
+        await registered_with_every_beat(client, w, 4)
         await eventually(
             lambda: pool.fetchval("SELECT draining FROM reaper.workers WHERE name = $1", w),
             lambda d: d is True,
