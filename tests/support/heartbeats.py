@@ -119,6 +119,12 @@ BENIGN = {
     # out again with the signal. Temporal's ordinary flow, not a fault of the workflow.
     WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
     WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_STICKY_TASK_QUEUE,
+    # The server failed a task in flight to write the events buffered behind it: more than
+    # 100 of them, or more than 2 MB (history.maximumBufferedEventsBatch and
+    # maximumBufferedEventsSizeInBytes; Temporal's own MaxBufferedEventSuite). It hands the
+    # task out again with those events; its local activities run again (they are
+    # idempotent). Also the cause of the task failed when a run is terminated or times out.
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
 }
 
 
