@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.models import Timings
     from reaper.core.policy import liveness_machine as machine
     from reaper.core.policy.liveness_machine import Step
-    from workflows.common import ACTIVITY_TIMEOUT, RETRY, run_activity
+    from workflows.common import run_activity, run_local_activity
     from workflows.intake import ReportIntake
     from workflows.reap import reap_step
     from workflows.retirement import Retirement
@@ -125,12 +125,8 @@ class LivenessSteps:
         summary = f"{live.worker}: {what}"
         if live.features.local_writes and live.recorded_state is None:
             # A registration: a local activity, as cheap as a beat's (issue 11, metric 7a).
-            done = await workflow.execute_local_activity_method(
-                ReaperActivities.record_worker_state,
-                change,
-                start_to_close_timeout=ACTIVITY_TIMEOUT,
-                retry_policy=RETRY,
-                summary=summary,
+            done = await run_local_activity(
+                ReaperActivities.record_worker_state, change, summary=summary
             )
         else:
             done = await run_activity(ReaperActivities.record_worker_state, change, summary=summary)

@@ -10,8 +10,8 @@ beats around another beat than the run did (a nondeterminism seen with a one-wor
 tests/e2e/test_replay_always.py); an activity's completion is an event, ordered among the
 signals.
 
-With ``one-task-start`` (issue 20; built, switched off in this release by
-``rollout.ONE_TASK_START_ON``), where every peer is of this line, a first run makes the
+With ``one-task-start`` (issue 20; ``rollout.ONE_TASK_START_ON`` can switch it off), where
+every peer is of this line, a first run makes the
 same read as a local activity and so registers its worker in its first workflow task: the
 beats of a new worker arrive in later tasks (all but the one that started the run), and the
 test of a fleet replayed on every activation (tests/e2e/test_replay_always.py) covers the
@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
     from reaper.core.policy import rollout
     from workflows import front_door
-    from workflows.common import CHANGE_FEED, RETRY, run_activity
+    from workflows.common import CHANGE_FEED, run_activity, run_local_activity
     from workflows.gate import Gate
 
 ONE_READ_START = "one-read-start"
@@ -93,14 +93,8 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     req = BeginRun(worker=live.worker, first=first, key_known=live.agent_key is not None)
     summary = f"read settings and {live.worker}'s row and pin"
     if one_task:
-        start = await workflow.execute_local_activity_method(
-            ReaperActivities.begin_liveness,
-            req,
-            start_to_close_timeout=READ_TIMEOUT,
-            # As the activity's: at most 10 s between tries, so a run is back within seconds
-            # of Postgres (rule 8); the SDK's default backs off to 100 s.
-            retry_policy=RETRY,
-            summary=summary,
+        start = await run_local_activity(
+            ReaperActivities.begin_liveness, req, summary=summary, timeout=READ_TIMEOUT
         )
     else:
         start = await run_activity(ReaperActivities.begin_liveness, req, summary=summary)
