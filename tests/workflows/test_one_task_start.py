@@ -26,9 +26,9 @@ from workflows.common import liveness_id
 
 @pytest.fixture(autouse=True)
 def one_task_start_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``one-task-start`` is off in this release (``rollout.ONE_TASK_START_ON``); these tests
-    switch it on for the in-process controllers (``rollout`` is passed through the sandbox,
-    so the controllers see the same module)."""
+    """These tests hold ``one-task-start`` on for the in-process controllers whatever the
+    release's switch (``rollout.ONE_TASK_START_ON``) says (``rollout`` is passed through the
+    sandbox, so the controllers see the same module)."""
     monkeypatch.setattr(rollout, "ONE_TASK_START_ON", True)
 
 

@@ -43,13 +43,14 @@ events to 11 per registration, one trip through the task queue instead of two). 
 has no start-up read of its own to record a peer version in yet, so it is decided from the
 controller's own setting (:data:`PEER_VERSION_EXTERN`) and recorded by a patch marker."""
 
-ONE_TASK_START_ON = False
+ONE_TASK_START_ON = True
 """Whether a controller takes :data:`ONE_TASK_START` at all (when its peer version allows
-it). Off in this release: with the suite's controllers at 1.1 on 2 loaded cores, a first
-task that holds Postgres reads let queries overflow the server's buffer for a workflow
-whose task is in flight ("consistent query buffer is full"), and a burst of large reports at
-a first beat failed a workflow task; neither happens when the read is an activity. Replays
-of runs that took it (the marker) work either way. Its own tests switch it on."""
+it): the switch that turns it off without a release, should a first task that holds its
+Postgres reads prove costly. While that task is in flight the server holds one query of the
+worker (``history.MaxBufferedQueryCount``) and asks other readers to try again, and more
+than 2 MB of signals behind it make the server fail the task once to write them
+(``FORCE_CLOSE_COMMAND``; the task runs again, its local activities idempotent). Replays of
+runs that took it (the marker) work either way."""
 
 COMMAND_CHANGES: dict[str, str] = {
     REARM_ON_BEAT: "1.1",
