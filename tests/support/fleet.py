@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 from temporalio.api.testservice.v1 import UnlockTimeSkippingRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -24,6 +24,7 @@ from reaper.core.models import Timings
 from reaper.core.signing import Ed25519PrivateKey, sign_heartbeat
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state, reports_reconciled, send
+from tests.support.polling import eventually
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
 from workflows.fleet import FleetMonitor
 
@@ -146,6 +147,26 @@ class Fleet:
 
     async def state(self, worker: str) -> StateView:
         return await query_state(self.client, worker)
+
+    async def retired(self, worker: str) -> None:
+        """Wait until ``worker`` is retired in Postgres and its liveness has completed. The
+        row says ``retired`` as soon as the retirement activity commits; the run ends after
+        its collector stops, and until then a new boot's beat still reaches the retiring run
+        (and is ignored, or refused by the old pin): a host reinstalled after retirement
+        beats once the run has ended."""
+
+        async def done() -> tuple[str | None, WorkflowExecutionStatus | None]:
+            state = await self.pool.fetchval(
+                "SELECT state FROM reaper.workers WHERE name = $1", worker
+            )
+            desc = await self.client.get_workflow_handle(liveness_id(worker)).describe()
+            return state, desc.status
+
+        await eventually(
+            done,
+            lambda t: t == ("retired", WorkflowExecutionStatus.COMPLETED),
+            what=f"{worker} retired",
+        )
 
 
 @contextlib.asynccontextmanager

@@ -45,21 +45,6 @@ async def events(pool: asyncpg.Pool, worker: str, action: str) -> list[tuple[Any
     return [tuple(r) for r in rows]
 
 
-async def retired(fleet: Fleet, worker: str) -> None:
-    """Wait until the worker is retired in Postgres and its liveness has completed."""
-
-    async def done() -> tuple[str | None, WorkflowExecutionStatus | None]:
-        row = await worker_row(fleet.pool, worker)
-        desc = await fleet.client.get_workflow_handle(liveness_id(worker)).describe()
-        return (row["state"] if row else None), desc.status
-
-    await eventually(
-        done,
-        lambda t: t == ("retired", WorkflowExecutionStatus.COMPLETED),
-        what=f"{worker} retired",
-    )
-
-
 async def test_retire_reaps_and_replaces_at_once_and_destroys_handle_rows(fleet):
     a, b = fleet.name("a"), fleet.name("b")
     await setup_service(fleet.pool, "web", {a: ["t-a"], b: ["t-b"]})
@@ -68,7 +53,7 @@ async def test_retire_reaps_and_replaces_at_once_and_destroys_handle_rows(fleet)
     await fleet.beat(a, tasks=["t-a"], containers=["c-a"], volumes=["v-a"])
     await fleet.beat(b, tasks=["t-b"])
     await signal(fleet, a, "retire", "scale-in")
-    await retired(fleet, a)  # no timer: at once, no LOST_AFTER wait
+    await fleet.retired(a)  # no timer: at once, no LOST_AFTER wait
     tasks = await task_states(fleet.pool)
     assert tasks["t-a"][1:3] == ("lost", "worker-retired")
     replacement = await fleet.pool.fetchrow(
@@ -97,7 +82,7 @@ async def test_retired_boot_is_ignored_and_a_new_boot_registers_afresh(fleet):
     await fleet.beat(b)
     await signal(fleet, a, "drain", "about to go")
     await signal(fleet, a, "retire", "decommission")
-    await retired(fleet, a)
+    await fleet.retired(a)
     # A beat still in flight from the retired boot: a run starts, reads the row, ends.
     await fleet.beat(a, containers=["c-late"])
     row = await worker_row(fleet.pool, a)
@@ -137,7 +122,7 @@ async def test_a_retire_delivered_after_the_host_restarted_does_not_retire_the_n
     await handle.signal(
         "retire", {"reason": "shutdown", "actor": "agent", "boot_id": fleet.boot[a]}
     )
-    await retired(fleet, a)
+    await fleet.retired(a)
 
 
 async def test_retired_workers_count_neither_way_in_rule_6(fleet):
@@ -145,9 +130,9 @@ async def test_retired_workers_count_neither_way_in_rule_6(fleet):
     for w in (a, b, c):
         await fleet.beat(w)
     await signal(fleet, a, "retire", "scale-in")
-    await retired(fleet, a)
+    await fleet.retired(a)
     await signal(fleet, b, "retire", "scale-in")
-    await retired(fleet, b)
+    await fleet.retired(b)
     # One running worker, two retired: the fleet is normal, not 2/3 unhealthy.
     fleet_row = await fleet.pool.fetchrow("SELECT state FROM reaper.fleet WHERE id = 1")
     assert fleet_row["state"] == "normal"
@@ -158,7 +143,7 @@ async def test_retire_of_a_retired_worker_changes_nothing(fleet):
     await fleet.beat(a)
     await fleet.beat(b)
     await signal(fleet, a, "retire", "first")
-    await retired(fleet, a)
+    await fleet.retired(a)
     before = await fleet.pool.fetchval("SELECT count(*) FROM reaper.events")
     await fleet.beat(a)  # a new run for the retired boot, which ends at once
     try:
@@ -183,7 +168,7 @@ async def test_lost_worker_retired_automatically_after_retire_after(time_env, po
         await fleet.advance(500, beating=live)
         assert (await worker_row(fleet.pool, a))["state"] == "lost", "retired before RETIRE_AFTER"
         await fleet.advance(120, beating=live)
-        await retired(fleet, a)
+        await fleet.retired(a)
         assert (
             await fleet.pool.fetchval("SELECT count(*) FROM reaper.volumes WHERE worker = $1", a)
             == 0
@@ -427,7 +412,7 @@ async def test_rule7_a_retired_workers_tasks_stay_reaped_when_it_registers_afres
     await fleet.beat(a, tasks=["t-a"])
     await fleet.beat(b, tasks=[])
     await signal(fleet, a, "retire", "reinstall")
-    await retired(fleet, a)
+    await fleet.retired(a)
     fleet.reboot(a)  # reinstalled, but its old task directory survived
     await fleet.beat(a, tasks=["t-a"])
     await eventually(

@@ -285,11 +285,7 @@ async def test_retirement_clears_the_pin(time_env, pool):
         fleet.keys[w] = new_private_key()
         await fleet.beat(w)
         await signal(fleet, w, "retire", sign_operator_signal({}, w, fleet.keys[w]))
-        await eventually(
-            lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
-            lambda s: s == "retired",
-            what="retired",
-        )
+        await fleet.retired(w)  # the row, then the run's end (the old pin held till then)
         await eventually(
             lambda: pool.fetchval("SELECT count(*) FROM reaper.agent_keys WHERE worker = $1", w),
             lambda n: n == 0,
