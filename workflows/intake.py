@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import KINDS, Heartbeat
     from reaper.core.liveness_state import LivenessState, QueuedChunk
     from reaper.core.models import CollectorInput, Report, supersede
-    from reaper.core.policy.collection import should_forward
+    from reaper.core.policy.collection import should_forward, superseded_chunks
     from reaper.core.protocol import payload_bytes, report_digest
     from workflows.collector import HandleCollector
     from workflows.common import collector_id
@@ -147,11 +147,34 @@ class ReportIntake:
         self.staging_busy = True
         try:
             while self.live.chunks:
+                if self.live.features.drop_superseded_chunks:
+                    self._drop_superseded()
                 batch = next_batch(self.live.chunks, width)
                 for report, returned in await stage_batch(self.live, batch, self.reject):
                     self.offer(report, force=returned)
         finally:
             self.staging_busy = False
+
+    def _drop_superseded(self) -> None:
+        """Drop queued chunks of reports that a newer queued report of their kind supersedes
+        (``policy.collection.superseded_chunks``); the newest report restarts every mark of
+        its kind."""
+        live = self.live
+        drop = superseded_chunks([(q.chunk.kind, q.chunk.report_id) for q in live.chunks])
+        if not any(drop):
+            return
+        dropped = {q.chunk.kind for q, gone in zip(live.chunks, drop, strict=True) if gone}
+        live.chunks = [q for q, gone in zip(live.chunks, drop, strict=True) if not gone]
+        for q in live.chunks:
+            if q.chunk.kind in dropped:
+                q.restart_all = True
+        workflow.logger.info(
+            "%s: dropped %d queued chunks of superseded %s reports",
+            live.worker,
+            sum(drop),
+            ", ".join(sorted(dropped)),
+            extra={"worker": live.worker, "action": "dropped", "reason": "superseded"},
+        )
 
     async def forward(self) -> None:
         """Hand every queued report to the collector (started on first use)."""

@@ -68,7 +68,8 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
     whose activation a replay may place elsewhere: ``refresh-at-bound`` implies
     ``lean-start`` (a new run records that marker alone), which implies the change feed;
     and, from the peer version its read recorded, the command changes of
-    ``reaper.core.policy.rollout`` (``rearm-on-beat``, ``wide-staging``). A ``first`` run
+    ``reaper.core.policy.rollout`` (``rearm-on-beat``, ``wide-staging``,
+    ``drop-superseded-chunks``). A ``first`` run
     that takes ``one-task-start`` (which implies ``refresh-at-bound``) makes the read as a
     local activity.
 
@@ -127,6 +128,7 @@ def _decide_rollout(live: LivenessState) -> None:
     peer = live.timings.peer_version if live.timings is not None else ""
     live.features.rearm_on_beat = rollout.uses(rollout.REARM_ON_BEAT, peer)
     live.features.wide_staging = rollout.uses(rollout.WIDE_STAGING, peer)
+    live.features.drop_superseded_chunks = rollout.uses(rollout.DROP_SUPERSEDED_CHUNKS, peer)
 
 
 def start_input(args: Sequence[Any]) -> LivenessInput:

@@ -76,6 +76,7 @@ async def stage_batch(
                 boot_id=boot_id,
             )
             live.staging[chunk.kind] = staging
+        staging.restart_all = staging.restart_all or queued.restart_all
         if (chunk.count, chunk.digest) != (staging.count, staging.digest):
             reject(
                 f"chunk {chunk.index} of report {chunk.report_id} disagrees "
@@ -115,6 +116,7 @@ async def stage_batch(
             taken_at=staging.taken_at,
             boot_id=staging.boot_id,
             digest=staging.digest,
+            restart_all=staging.restart_all,
         )
         complete.append((report, returned))
     return complete

@@ -35,6 +35,9 @@ class Staging(BaseModel):
     taken_at: datetime
     boot_id: str
     chunks_staged: int = 0
+    restart_all: bool = False
+    """The report superseded chunks that were dropped unstaged: it restarts every mark of
+    its kind (``policy.collection.superseded_chunks``)."""
 
 
 class RunFeatures(BaseModel):
@@ -56,6 +59,10 @@ class RunFeatures(BaseModel):
     wide_staging: bool = False
     """``wide-staging`` (``reaper.core.policy.rollout``): up to 16 chunks staged at once, not
     4; decided as ``rearm_on_beat`` is."""
+    drop_superseded_chunks: bool = False
+    """``drop-superseded-chunks`` (``reaper.core.policy.rollout``): queued chunks of a report
+    that a newer one of its kind supersedes are never staged; decided as ``rearm_on_beat``
+    is."""
 
 
 class DrainRequest(BaseModel):
@@ -74,6 +81,9 @@ class QueuedChunk(BaseModel):
     taken_at: datetime
     boot_id: str
     returned: bool
+    restart_all: bool = False
+    """Older reports' chunks were dropped in favour of this chunk's report: it restarts
+    every mark of its kind (``policy.collection.superseded_chunks``)."""
 
 
 class LivenessState(BaseModel):

@@ -18,6 +18,7 @@ from reaper.core.policy.collection import (
     recheck_at,
     report_decides,
     should_forward,
+    superseded_chunks,
 )
 from tests.support.rule_models import RowVerdict, may_destroy, row_verdict, stuck_creating
 
@@ -202,3 +203,23 @@ def test_coalesce_keeps_handles_seen_in_superseded_reports():
     assert coalesce(["a", "b"], [], ["a"]) == ["b"]
     assert coalesce(["a"], ["z"], ["a"]) == ["z"]
     assert coalesce(["a"], ["z"], ["z", "a"]) == []
+
+
+def test_only_the_newest_queued_report_of_each_kind_is_staged() -> None:
+    queued = [
+        ("containers", "a"),
+        ("containers", "a"),
+        ("volumes", "v"),
+        ("containers", "b"),  # b supersedes a, complete or not
+        ("volumes", "v"),
+        ("containers", "b"),
+    ]
+    assert superseded_chunks(queued) == [True, True, False, False, False, False]
+    assert superseded_chunks([("tasks", "t"), ("tasks", "t")]) == [False, False]
+    assert superseded_chunks([]) == []
+    # a report the queue returns to is the newest again (the last queued chunk decides)
+    assert superseded_chunks([("containers", "a"), ("containers", "b"), ("containers", "a")]) == [
+        False,
+        True,
+        False,
+    ]

@@ -15,7 +15,9 @@ from reaper.core.policy.liveness_clock import rearm_due
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("change", [rollout.REARM_ON_BEAT, rollout.WIDE_STAGING])
+@pytest.mark.parametrize(
+    "change", [rollout.REARM_ON_BEAT, rollout.WIDE_STAGING, rollout.DROP_SUPERSEDED_CHUNKS]
+)
 @pytest.mark.parametrize(
     ("peer", "used"), [("1.0", False), ("1.1", True), ("", False), ("0.9", False)]
 )

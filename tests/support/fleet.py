@@ -8,6 +8,7 @@ observes the effect of exactly the beats it sent.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -100,6 +101,27 @@ class Fleet:
         return await self.settle(
             worker, lambda s: s.rejected > rejected or s.ignored > ignored or s.last_seq != seq
         )
+
+    async def took(self, worker: str, beat: dict[str, Any]) -> None:
+        """Send ``beat`` and wait until the liveness took it (its ``seq`` is the last): its
+        reports may still be staging or reconciling, which :meth:`raw` waits for too."""
+        await send(self.client, self.tq, beat, worker=worker)
+        await eventually(
+            lambda: self.state(worker), lambda s: s.last_seq == beat["seq"], what="beat taken"
+        )
+
+    async def staged_chunks(self, worker: str) -> list[tuple[str, int]]:
+        """``(report_id, index)`` of every ``stage_chunk`` activity ``worker``'s liveness (its
+        current run) scheduled, in order."""
+        found = []
+        handle = self.client.get_workflow_handle(liveness_id(worker))
+        async for ev in handle.fetch_history_events():
+            if ev.HasField("activity_task_scheduled_event_attributes"):
+                attrs = ev.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == "stage_chunk":
+                    data = json.loads(attrs.input.payloads[0].data)
+                    found.append((data["report_id"], data["index"]))
+        return found
 
     async def settle(
         self, worker: str, handled: Callable[[StateView], bool] = lambda _: True

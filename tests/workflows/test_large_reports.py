@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from reaper.core import protocol
 from reaper.core.protocol import build_beats, report_digest
+from tests.support.scheduler import insert
 
 TTL = 300
 PAYLOAD_LIMIT = 256 * 1024
@@ -128,3 +130,50 @@ async def test_plain_v1_report_too_large_to_keep_is_staged(fleet):
     assert n >= 2
     # the forwarded report signal to the collector carries no handles
     assert await max_payload(fleet.client, f"gc-{w}") < 16 * 1024
+
+
+async def test_chunks_of_a_superseded_report_are_never_staged_and_the_newest_restarts_marks(
+    fleet, monkeypatch
+):
+    """``drop-superseded-chunks`` (the suite's peer version is 1.1): reports queue behind a
+    chunk held in Postgres (the test holds the lock each ``stage_chunk`` takes after its
+    insert); once it is released only the newest report's chunks are staged, and that
+    report restarts every mark of its kind, because an older report it superseded unread
+    may have seen a marked handle (rule 4: a handle absent from every complete report for
+    the TTL). Without the drop a backlog like the breaker's (ten 22-chunk reports behind a
+    held task) staged every chunk, past Temporal's 50 MB history limit."""
+    monkeypatch.setattr(protocol, "INLINE_MAX_BYTES", 256)
+    monkeypatch.setattr(protocol, "CHUNK_MAX_BYTES", 400)
+    w = fleet.name("w")
+    handles = [f"c-{i:04d}" for i in range(200)]
+    await insert(fleet.pool, "containers", w, handles)
+    # c-0000 was marked long ago: its TTL ran out. The first report holds it (it is back),
+    # the newest lacks it again: its clock restarts instead of destroying it at once.
+    await fleet.pool.execute(
+        "UPDATE reaper.containers SET missing_since = '2000-01-01' WHERE handle = 'c-0000'"
+    )
+    await fleet.beat(w)
+    first = build_beats(w, fleet.boot[w], fleet.seq[w] + 1, {"containers": handles}, None)
+    second = build_beats(w, fleet.boot[w], first[-1]["seq"] + 1, {"containers": handles[5:]}, None)
+    newest = build_beats(w, fleet.boot[w], second[-1]["seq"] + 1, {"containers": handles[1:]}, None)
+    reports = [[b for b in beats if "chunk" in b] for beats in (first, second, newest)]
+    assert all(len(chunks) >= 3 for chunks in reports)
+    async with fleet.pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", w, "containers"
+        )
+        for beat in first + second + newest:
+            await fleet.took(w, beat)
+        held = await fleet.staged_chunks(w)
+    fleet.seq[w] = newest[-1]["seq"]
+    st = await fleet.settle(w, lambda s: s.last_seq == fleet.seq[w])
+    staged = await fleet.staged_chunks(w)
+    newest_id = reports[2][0]["chunk"]["report_id"]
+    after = staged[len(held) :]
+    assert after == [(newest_id, i) for i in range(len(reports[2]))], (held, after)
+    assert st.report_digests["containers"] == report_digest(handles[1:]) and st.rejected == 0
+    row = await fleet.pool.fetchrow(
+        "SELECT missing_since FROM reaper.containers WHERE handle = 'c-0000'"
+    )
+    assert row is not None and row["missing_since"].year > 2000  # restarted, not destroyed
+    assert await marked(fleet.pool, w) == 1

@@ -53,7 +53,8 @@ async def _record(fleet) -> None:
 async def _record_peer_1_1(fleet, monkeypatch) -> None:
     """A life under ``REAPER_PEER_VERSION=1.1`` (the suite's settings): steady beats whose
     tasks re-arm the deadline timer (``rearm-on-beat``), a report in six small chunks sent at
-    once (``wide-staging``: staged together), a stall and a return."""
+    once (``wide-staging``: staged together), two more queued behind a held chunk, the older
+    dropped unstaged (``drop-superseded-chunks``), a stall and a return."""
     w = fleet.name("p")
     await insert(fleet.pool, "containers", w, [f"c-{i:03d}" for i in range(120)])
     await fleet.beat(w, containers=[f"c-{i:03d}" for i in range(120)])
@@ -66,6 +67,18 @@ async def _record_peer_1_1(fleet, monkeypatch) -> None:
     for b in beats:
         await send(fleet.client, fleet.tq, b, worker=w)
     fleet.seq[w] = beats[-1]["seq"]
+    await fleet.settle(w, lambda s: s.last_seq == fleet.seq[w])
+    # Two more reports queue behind a chunk held in Postgres (the lock each stage_chunk
+    # takes after its insert): the older one's chunks are dropped unstaged.
+    older = build_beats(w, fleet.boot[w], fleet.seq[w] + 1, {"containers": HANDLES_1_1[3:]}, None)
+    newer = build_beats(w, fleet.boot[w], older[-1]["seq"] + 1, {"containers": HANDLES_1_1}, None)
+    async with fleet.pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", w, "containers"
+        )
+        for b in older + newer:
+            await fleet.took(w, b)
+    fleet.seq[w] = newer[-1]["seq"]
     await fleet.settle(w, lambda s: s.last_seq == fleet.seq[w])
     await fleet.advance(60, beating={})  # stalls
     await fleet.beat(w)  # and returns
@@ -92,8 +105,9 @@ async def test_record_peer_1_1_history(fleet, monkeypatch):
 # workers, one lost and reaped; not rewritten by REAPER_RECORD_HISTORIES).
 # liveness-lean-start: the life above recorded at commit a51bfc2 (patch `lean-start`, row
 # refreshes at half of STALL_AFTER as local activities), before `refresh-at-bound`.
-# liveness-peer-1.1: a life recorded at REAPER_PEER_VERSION=1.1 (rearm-on-beat and
-# wide-staging, reaper/core/policy/rollout.py), commit after ec4e8cf.
+# liveness-peer-1.1: a life recorded at REAPER_PEER_VERSION=1.1 (one-task-start,
+# rearm-on-beat, wide-staging and drop-superseded-chunks, reaper/core/policy/rollout.py),
+# commit after 362d144.
 # release-<version>-*: what each release's controller wrote in the upgrade test
 # (tests/e2e/test_upgrade.py records them with REAPER_RECORD_HISTORIES=1, from the release
 # exported from git): every one of every release replays on the current code.

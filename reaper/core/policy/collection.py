@@ -207,6 +207,31 @@ otherwise pile their handles into one command past Temporal's 2 MB limit and fai
 liveness's workflow task for ever (breaker finding, 2026-12-02)."""
 
 
+def superseded_chunks(queued: list[tuple[str, str]]) -> list[bool]:
+    """Which queued chunks a newer report supersedes before they are staged.
+
+    Reports are complete lists, so of each kind only the newest report needs staging and
+    diffing: the report of that kind's last queued chunk (chunks queue in the order their
+    beats were taken, which the fence keeps in ``seq`` order). Chunks of older reports of
+    the kind, complete or not, are dropped unstaged: a backlog of chunks behind a held
+    workflow task would otherwise all be staged, each chunk entering the liveness's history
+    a second time, past Temporal's 50 MB history limit (breaker finding, 2026-12-04: ten
+    22-chunk reports behind a 20 s first task, 53.6 MB, the run terminated). The newest
+    report then restarts every mark of its kind (``Report.restart_all``): a dropped report
+    may have seen a handle after its mark, and rule 4 wants every complete report since
+    ``missing_since`` to lack a handle before it is destroyed (as :func:`coalesce` for
+    complete reports that supersede one another).
+
+    Args:
+        queued: ``(kind, report_id)`` of each queued chunk, in queue order.
+
+    Returns:
+        For each chunk, in the same order, whether it is superseded (to drop).
+    """
+    newest = {kind: report_id for kind, report_id in queued}
+    return [newest[kind] != report_id for kind, report_id in queued]
+
+
 def carries_also_seen(also_seen: list[str]) -> bool:
     """Whether ``also_seen`` (from :func:`coalesce`) is small enough to carry; if not, the
     report restarts every mark of its kind (``Report.restart_all``): safe, since restarting

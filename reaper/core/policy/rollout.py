@@ -35,6 +35,12 @@ WIDE_STAGING = "wide-staging"
 (``workflows.staging.STAGE_PARALLEL_WIDE``): a 100,000-handle report's 52 chunks in 4 rounds
 of activities instead of 13 (issue 20, metric 3b)."""
 
+DROP_SUPERSEDED_CHUNKS = "drop-superseded-chunks"
+"""Stage only the newest report's chunks of each kind; queued chunks of older reports are
+dropped unstaged and the newest report restarts every mark of its kind
+(``policy.collection.superseded_chunks``): a backlog of large reports no longer stages
+every chunk into history a second time (breaker finding, 2026-12-04)."""
+
 ONE_TASK_START = "one-task-start"
 """Register a new worker in the first workflow task of its liveness: the start-up read
 (``begin_liveness``) as a local activity, so the ``running`` row is written in the same task
@@ -55,6 +61,7 @@ runs that took it (the marker) work either way."""
 COMMAND_CHANGES: dict[str, str] = {
     REARM_ON_BEAT: "1.1",
     WIDE_STAGING: "1.1",
+    DROP_SUPERSEDED_CHUNKS: "1.1",
     ONE_TASK_START: "1.1",
 }
 """Each change of a workflow's commands and the line that introduced it."""
