@@ -180,9 +180,14 @@ class Agent:
                 log.debug("beat seq=%s %s", payload["seq"], sizes)
             step = "state query"
             # The query must not delay the next beat: it gets what is left of this interval.
+            # The SDK client asks again past rpc_timeout while the server says the workflow
+            # is busy (a new worker's first task in flight): a deadline of its own too.
             left = max(1.0, self.interval - (time.monotonic() - began))
-            view: StateView = await handle.query(
-                STATE_QUERY, result_type=StateView, rpc_timeout=timedelta(seconds=left)
+            view: StateView = await asyncio.wait_for(
+                handle.query(
+                    STATE_QUERY, result_type=StateView, rpc_timeout=timedelta(seconds=left)
+                ),
+                left,
             )
         except Exception as exc:  # unreachable, timeouts, no controller polling yet
             self.failures += 1

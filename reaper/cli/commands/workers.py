@@ -129,12 +129,20 @@ async def fleet_overview(
         nonlocal answered
         async with sem:
             try:
-                view = await client.get_workflow_handle(wf_id).query(
-                    STATE_QUERY,
-                    result_type=StateView,
-                    rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
+                # A deadline of its own: the SDK client asks again, past rpc_timeout, while
+                # the server says the workflow is busy ("consistent query buffer is full":
+                # a new worker's first task in flight); 15 s seen (breaker, 2026-12-04).
+                view = await asyncio.wait_for(
+                    client.get_workflow_handle(wf_id).query(
+                        STATE_QUERY,
+                        result_type=StateView,
+                        rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
+                    ),
+                    QUERY_TIMEOUT_S,
                 )
                 return wf_id, view
+            except TimeoutError:
+                return wf_id, f"query failed: no answer in {QUERY_TIMEOUT_S:g} s (busy)"
             except Exception as exc:
                 return wf_id, f"query failed: {_first_line(exc)}"
             finally:
