@@ -151,7 +151,10 @@ class ReportIntake:
                     self._drop_superseded()
                 batch = next_batch(self.live.chunks, width)
                 for report, returned in await stage_batch(self.live, batch, self.reject):
-                    self.offer(report, force=returned)
+                    # A report that superseded dropped chunks is diffed even if it equals
+                    # the last one reconciled: a dropped report may have seen a marked
+                    # handle, and its restart must reach the rows.
+                    self.offer(report, force=returned or report.restart_all)
         finally:
             self.staging_busy = False
 

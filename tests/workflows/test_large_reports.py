@@ -177,3 +177,39 @@ async def test_chunks_of_a_superseded_report_are_never_staged_and_the_newest_res
     )
     assert row is not None and row["missing_since"].year > 2000  # restarted, not destroyed
     assert await marked(fleet.pool, w) == 1
+
+
+async def test_a_newest_report_equal_to_the_last_reconciled_still_restarts_what_a_dropped_one_saw(
+    fleet, monkeypatch
+):
+    """The newest report lacks a marked handle, as the last reconciled one did, but a
+    report dropped unstaged between them held it: the newest is reconciled anyway and the
+    handle's clock restarts, so it outlives the TTL counted from its first mark (rule 4).
+    Left unreconciled as "unchanged", the handle would be destroyed at that first mark's
+    TTL although the worker reported it in between."""
+    monkeypatch.setattr(protocol, "INLINE_MAX_BYTES", 256)
+    monkeypatch.setattr(protocol, "CHUNK_MAX_BYTES", 400)
+    w = fleet.name("w")
+    handles = [f"c-{i:04d}" for i in range(200)]
+    await insert(fleet.pool, "containers", w, handles)
+    await fleet.beat(w, containers=handles[1:])  # c-0000 marked now
+    first_mark = await fleet.pool.fetchval(
+        "SELECT missing_since FROM reaper.containers WHERE handle = 'c-0000'"
+    )
+    assert first_mark is not None
+    await fleet.advance(TTL - 50, beating={w: {"containers": handles[1:]}})
+    held = build_beats(w, fleet.boot[w], fleet.seq[w] + 1, {"containers": handles}, None)
+    again = build_beats(w, fleet.boot[w], held[-1]["seq"] + 1, {"containers": handles[1:]}, None)
+    async with fleet.pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", w, "containers"
+        )
+        for beat in held + again:
+            await fleet.took(w, beat)
+    fleet.seq[w] = again[-1]["seq"]
+    await fleet.settle(w, lambda s: s.last_seq == fleet.seq[w])
+    await fleet.advance(100, beating={w: {"containers": handles[1:]}})  # past the first TTL
+    mark = await fleet.pool.fetchval(
+        "SELECT missing_since FROM reaper.containers WHERE handle = 'c-0000'"
+    )
+    assert mark is not None and mark > first_mark  # restarted, not destroyed

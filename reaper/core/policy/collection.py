@@ -217,10 +217,11 @@ def superseded_chunks(queued: list[tuple[str, str]]) -> list[bool]:
     workflow task would otherwise all be staged, each chunk entering the liveness's history
     a second time, past Temporal's 50 MB history limit (breaker finding, 2026-12-04: ten
     22-chunk reports behind a 20 s first task, 53.6 MB, the run terminated). The newest
-    report then restarts every mark of its kind (``Report.restart_all``): a dropped report
-    may have seen a handle after its mark, and rule 4 wants every complete report since
-    ``missing_since`` to lack a handle before it is destroyed (as :func:`coalesce` for
-    complete reports that supersede one another).
+    report then restarts every mark of its kind (``Report.restart_all``), and is reconciled
+    even if it equals the last report reconciled: a dropped report may have seen a handle
+    after its mark, and rule 4 wants every complete report since ``missing_since`` to lack
+    a handle before it is destroyed (as :func:`coalesce` for complete reports that
+    supersede one another).
 
     Args:
         queued: ``(kind, report_id)`` of each queued chunk, in queue order.
