@@ -110,6 +110,16 @@ class Fleet:
             lambda: self.state(worker), lambda s: s.last_seq == beat["seq"], what="beat taken"
         )
 
+    @contextlib.asynccontextmanager
+    async def staging_held(self, worker: str, kind: str = "containers") -> AsyncIterator[None]:
+        """Hold the lock each ``stage_chunk`` of ``worker``'s ``kind`` takes after its insert
+        (``activities/staging.py``) for the body: staged chunks wait, later ones queue."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", worker, kind
+            )
+            yield
+
     async def staged_chunks(self, worker: str) -> list[tuple[str, int]]:
         """``(report_id, index)`` of every ``stage_chunk`` activity ``worker``'s liveness (its
         current run) scheduled, in order."""

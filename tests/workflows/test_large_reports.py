@@ -158,10 +158,7 @@ async def test_chunks_of_a_superseded_report_are_never_staged_and_the_newest_res
     newest = build_beats(w, fleet.boot[w], second[-1]["seq"] + 1, {"containers": handles[1:]}, None)
     reports = [[b for b in beats if "chunk" in b] for beats in (first, second, newest)]
     assert all(len(chunks) >= 3 for chunks in reports)
-    async with fleet.pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", w, "containers"
-        )
+    async with fleet.staging_held(w):
         for beat in first + second + newest:
             await fleet.took(w, beat)
         held = await fleet.staged_chunks(w)
@@ -200,10 +197,7 @@ async def test_a_newest_report_equal_to_the_last_reconciled_still_restarts_what_
     await fleet.advance(TTL - 50, beating={w: {"containers": handles[1:]}})
     held = build_beats(w, fleet.boot[w], fleet.seq[w] + 1, {"containers": handles}, None)
     again = build_beats(w, fleet.boot[w], held[-1]["seq"] + 1, {"containers": handles[1:]}, None)
-    async with fleet.pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", w, "containers"
-        )
+    async with fleet.staging_held(w):
         for beat in held + again:
             await fleet.took(w, beat)
     fleet.seq[w] = again[-1]["seq"]

@@ -72,10 +72,7 @@ async def _record_peer_1_1(fleet, monkeypatch) -> None:
     # takes after its insert): the older one's chunks are dropped unstaged.
     older = build_beats(w, fleet.boot[w], fleet.seq[w] + 1, {"containers": HANDLES_1_1[3:]}, None)
     newer = build_beats(w, fleet.boot[w], older[-1]["seq"] + 1, {"containers": HANDLES_1_1}, None)
-    async with fleet.pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", w, "containers"
-        )
+    async with fleet.staging_held(w):
         for b in older + newer:
             await fleet.took(w, b)
     fleet.seq[w] = newer[-1]["seq"]
