@@ -43,7 +43,7 @@ from typing import cast
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
-from reaper.cli.agent_connection import ClientFactory, client_factory, short_error
+from reaper.cli.agent_connection import ClientFactory, client_factory, query_state, short_error
 from reaper.cli.agent_metrics import AgentMetrics
 from reaper.cli.agent_retire import RETIRE_DEADLINE_S, RETIRE_ON_STOP_REASON, send_retire
 from reaper.cli.runtimes import Inventory, Runtime
@@ -52,7 +52,6 @@ from reaper.core.contract import (
     HEARTBEAT_SIGNAL,
     KINDS,
     LIVENESS_WORKFLOW,
-    STATE_QUERY,
     StateView,
     liveness_id,
 )
@@ -180,15 +179,8 @@ class Agent:
                 log.debug("beat seq=%s %s", payload["seq"], sizes)
             step = "state query"
             # The query must not delay the next beat: it gets what is left of this interval.
-            # The SDK client asks again past rpc_timeout while the server says the workflow
-            # is busy (a new worker's first task in flight): a deadline of its own too.
             left = max(1.0, self.interval - (time.monotonic() - began))
-            view: StateView = await asyncio.wait_for(
-                handle.query(
-                    STATE_QUERY, result_type=StateView, rpc_timeout=timedelta(seconds=left)
-                ),
-                left,
-            )
+            view = await query_state(handle, left)
         except Exception as exc:  # unreachable, timeouts, no controller polling yet
             self.failures += 1
             if self._failing != step:

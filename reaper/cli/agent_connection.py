@@ -9,13 +9,33 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RetryConfig
 
-from reaper.core.contract import DEFAULT_ADDRESS
+from reaper.core.contract import DEFAULT_ADDRESS, STATE_QUERY, StateView
+
+
+async def query_state(handle: WorkflowHandle[Any, Any], seconds: float) -> StateView:
+    """The liveness's ``state`` (CONTRACT.md §2) within ``seconds``.
+
+    The deadline is the caller's own (``asyncio.wait_for``), not only the RPC's: the SDK
+    client asks again past ``rpc_timeout`` while the server says the workflow is busy
+    ("consistent query buffer is full": a new worker's first task in flight); a 5 s query
+    took 15 s so (breaker, 2026-12-04).
+
+    Raises:
+        TimeoutError: no answer within ``seconds``.
+        temporalio.service.RPCError: the server refused the query.
+    """
+    rpc = timedelta(seconds=seconds)
+    query = handle.query(STATE_QUERY, result_type=StateView, rpc_timeout=rpc)
+    return await asyncio.wait_for(query, seconds)
+
 
 ClientFactory = Callable[[], Awaitable[Client]]
 """Returns a connected Temporal client (pydantic data converter); raises if it cannot."""

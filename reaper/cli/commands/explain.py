@@ -33,17 +33,14 @@ QUERY_TIMEOUT_S = 5.0
 async def _fresher(settings: Settings, worker: Any) -> tuple[Any, str | None]:
     """``worker`` with its liveness's last heartbeat and state, which the row may lag
     (§5.3); unchanged, with a note, if Temporal does not answer."""
+    from reaper.cli.agent_connection import query_state
     from reaper.cli.app import connect_temporal
-    from reaper.core.contract import STATE_QUERY, StateView, liveness_id
+    from reaper.core.contract import liveness_id
 
     try:
         client = await connect_temporal(settings)
-        view = await asyncio.wait_for(
-            client.get_workflow_handle(liveness_id(worker.name)).query(
-                STATE_QUERY, result_type=StateView
-            ),
-            QUERY_TIMEOUT_S,
-        )
+        handle = client.get_workflow_handle(liveness_id(worker.name))
+        view = await query_state(handle, QUERY_TIMEOUT_S)
     except (CliError, Exception) as exc:
         return worker, f"liveness not asked ({str(exc).splitlines()[0][:120]}): Postgres only"
     last = view.last_heartbeat_at or worker.last_heartbeat_at

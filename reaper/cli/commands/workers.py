@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
+from reaper.cli.agent_connection import query_state
 from reaper.cli.app import (
     ADDRESS_OPTION,
     DATABASE_URL_OPTION,
@@ -34,7 +35,7 @@ from reaper.cli.app import (
     progress,
 )
 from reaper.core.config import ConnectionSettings
-from reaper.core.contract import LIVENESS_WORKFLOW, STATE_QUERY, StateView
+from reaper.core.contract import LIVENESS_WORKFLOW, StateView
 
 if TYPE_CHECKING:
     from reaper.cli import read
@@ -129,17 +130,7 @@ async def fleet_overview(
         nonlocal answered
         async with sem:
             try:
-                # A deadline of its own: the SDK client asks again, past rpc_timeout, while
-                # the server says the workflow is busy ("consistent query buffer is full":
-                # a new worker's first task in flight); 15 s seen (breaker, 2026-12-04).
-                view = await asyncio.wait_for(
-                    client.get_workflow_handle(wf_id).query(
-                        STATE_QUERY,
-                        result_type=StateView,
-                        rpc_timeout=timedelta(seconds=QUERY_TIMEOUT_S),
-                    ),
-                    QUERY_TIMEOUT_S,
-                )
+                view = await query_state(client.get_workflow_handle(wf_id), QUERY_TIMEOUT_S)
                 return wf_id, view
             except TimeoutError:
                 return wf_id, f"query failed: no answer in {QUERY_TIMEOUT_S:g} s (busy)"
