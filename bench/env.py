@@ -101,13 +101,15 @@ class NoopWorker(Child):
     a task queue of its own, and how to read it: its CPU time and its count of handled
     signals, served on ``metrics_port``."""
 
-    def __init__(self, address: str, task_queue: str, log_path: Path) -> None:
+    def __init__(
+        self, address: str, task_queue: str, log_path: Path, watch_seconds: float = 30.0
+    ) -> None:
         self.task_queue = task_queue
         self.metrics_port = free_port()
         super().__init__(
             "noop worker",
             [sys.executable, "-m", "bench.noop", address, task_queue, str(self.metrics_port)],
-            {**os.environ, "PYTHONUNBUFFERED": "1"},
+            {**os.environ, "PYTHONUNBUFFERED": "1", "BENCH_WATCH_SECONDS": f"{watch_seconds:g}"},
             log_path=log_path,
             restart=False,
             cwd=ROOT,
@@ -266,11 +268,13 @@ class BenchEnv:
         await c.until_polling(self.client)
         return c
 
-    def start_noop_worker(self, task_queue: str) -> NoopWorker:
+    def start_noop_worker(self, task_queue: str, watch_seconds: float = 30.0) -> NoopWorker:
         """The baselines' worker process (bench/noop.py): the no-op workflows, unsandboxed, with
         the SDK's default ``Worker`` settings; its count of handled signals on a port of its
-        own."""
-        noop = NoopWorker(self.address, task_queue, self.root / f"noop-worker-{task_queue}.log")
+        own; its ``BenchWatch`` workflows end after ``watch_seconds`` without a beat."""
+        noop = NoopWorker(
+            self.address, task_queue, self.root / f"noop-worker-{task_queue}.log", watch_seconds
+        )
         noop.start()
         self.others.append(noop)
         return noop

@@ -4,7 +4,8 @@ a CPU-heavy process beside the stack (4d, 4e).
 
 One asyncio process simulates the fleet (reaper/kit/fleet.py): every worker beats by
 signal-with-start every ``REAPER_HEARTBEAT_INTERVAL``, the first beats spread over one
-interval, workers added in batches until all are registered. Each victim holds one running
+interval, workers added in batches until all are registered, then ``LOST_AFTER`` of steady
+state (the registration burst's backlog drained: 8b measures registration). Each victim holds one running
 task of service ``bench-svc`` (desired count = victims) and reports it in every beat
 (a complete report); the other workers send liveness-only beats, so that the fleet is 1,000
 livenesses and not 2,000 workflows (a reporting worker also has a collector; the cost of
@@ -27,24 +28,41 @@ fleet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 
 import asyncpg
 
 from bench.common import wait_until
 from bench.env import BenchEnv, Controller
 from bench.history import quantile, spread
-from bench.loss import Loss, kill_and_judge
+from bench.loss import Loss, kill_and_judge, watch_fleet, watch_kill
 from bench.result import Metric, verdict
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
 from reaper.kit.processes import Child
 
 HOG = "while True: pass"
+
+
+@contextlib.contextmanager
+def cpu_hog(env: BenchEnv, on: bool = True) -> Iterator[None]:
+    """``python -c "while True: pass"`` beside the stack for the block (if ``on``)."""
+    if not on:
+        yield
+        return
+    proc = Child("cpu hog", [sys.executable, "-c", HOG], restart=False)
+    proc.start()
+    env.others.append(proc)
+    try:
+        yield
+    finally:
+        proc.stop()
 
 
 async def ramp(
@@ -91,8 +109,23 @@ async def run(
 ) -> tuple[list[Metric], dict]:
     """4a, 4b and 4c; with ``hog``, 4d and 4e too (a second kill, a CPU hog beside)."""
     client = env.client
-    noop = env.start_noop_worker(f"bench-sleep-{uuid.uuid4().hex[:6]}")
+    noop = env.start_noop_worker(f"bench-sleep-{uuid.uuid4().hex[:6]}", lost_after)
     await env.wait_noop(noop)
+    give_up = lost_after + min(60.0, 3 * lost_after)
+    floors: list[list[float]] = []
+    watch = await watch_fleet(client, noop, workers, interval)
+    try:
+        wnames = list(watch.agents)
+        for g in range(2 if hog else 1):
+            with cpu_hog(env, on=g == 1):
+                if g:
+                    await asyncio.sleep(interval)
+                doomed = wnames[len(wnames) - victims * (g + 1) :][:victims]
+                floors.append(await watch_kill(client, watch, doomed, give_up))
+            worst = max(floors[-1], default=0.0)
+            progress(f"  floor: BenchWatch kill {g + 1}, closed at most {worst:.2f} s after")
+    finally:
+        await watch.stop()
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
     fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     names = [f"fleet-{i:05d}" for i in range(workers)]
@@ -123,26 +156,26 @@ async def run(
         ]
         fleet.start()
         took = await ramp(fleet, pool, sims, 100, progress, "fleet")
-        # Steady state for one interval, then the victims' beats stop at once.
-        await asyncio.sleep(interval)
+        # Steady state: a registration burst leaves a backlog in the task queue (waits of up
+        # to 18 s at the end of a 1,000-worker ramp, the first re-arms and refreshes in step),
+        # which is 8b's subject, not a steady fleet's. The kill comes LOST_AFTER after the
+        # last registration, once every worker's first deadline cycle has passed.
+        await asyncio.sleep(lost_after)
         healthy = [n for n in names if n not in held]
         sample = healthy[:: max(1, len(healthy) // 200)]
         loss = await kill_and_judge(
             client, ctl, pool, fleet, noop, sample, tasks[0], lost_after, "alone"
         )
+        loss.watch = floors[0]
         loads.append((loss, ""))
         progress(f"  fleet: first kill judged (lost max {max(loss.to_lost, default=0):.2f} s)")
         if hog:
-            proc = Child("cpu hog", [sys.executable, "-c", HOG], restart=False)
-            proc.start()
-            env.others.append(proc)
-            try:
+            with cpu_hog(env):
                 await asyncio.sleep(interval)
                 loss = await kill_and_judge(
                     client, ctl, pool, fleet, noop, sample, tasks[1], lost_after, "hog"
                 )
-            finally:
-                proc.stop()
+            loss.watch = floors[1]
             loads.append((loss, "with a CPU hog beside"))
     finally:
         await fleet.stop()
@@ -202,6 +235,10 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
         f"({len(loss.runs)} tasks)",
         f"the floor: {len(loss.sleepers)} BenchSleeper workflows (unsandboxed, a worker of "
         f"their own) started at the kill, each sleeping LOST_AFTER, closed {floor}",
+        f"the floor under this load: {len(loss.victims)} of the same number of BenchWatch "
+        "workflows (the cheapest liveness: each beat restarts one timer of LOST_AFTER; no "
+        "rule, row or reap; unsandboxed, the no-op worker), beaten the same way before "
+        f"reaper's fleet and killed at once, closed {_watch(loss)}",
         f"outage grace (a deadline judged more than HEARTBEAT_INTERVAL late extends LOST_AFTER "
         f"by STALL_AFTER; controller log): {loss.graces[0]} times for {loss.graces[1]} of the "
         f"victims, {loss.graces[2]} times for others",
@@ -244,7 +281,8 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
             )
             m.why = (
                 f"worst {worst_s} past LOST_AFTER (a no-op timer of LOST_AFTER: at most "
-                f"{max(loss.sleepers, default=0):.2f} s), with the controller "
+                f"{max(loss.sleepers, default=0):.2f} s; a no-op liveness under the same "
+                f"load: {_worst_watch(loss)}), with the controller "
                 f"at {ctl_cores:.2f} cores and the dev server at {tmp_cores:.2f} on a "
                 f"machine at load {load:.1f}: the victims' deadline timers fired up to "
                 f"{max(loss.vlate, default=0):.2f} s late on the server; their workflow tasks "
@@ -255,6 +293,22 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
                 "further tasks in sequence (the slowest victim's events are listed)"
             )
     return [lost_m, repl_m]
+
+
+def _watch(loss: Loss) -> str:
+    """How the ``BenchWatch`` victims closed after their last beat."""
+    if not loss.watch:
+        return "none within the wait"
+    text = f"{spread(loss.watch)} after their last beat"
+    if len(loss.watch) < len(loss.victims):
+        text += f"; {len(loss.victims) - len(loss.watch)} not within {loss.give_up:.0f} s"
+    return text
+
+
+def _worst_watch(loss: Loss) -> str:
+    if len(loss.watch) < len(loss.victims):
+        return f"not all closed within {loss.give_up - loss.lost_after:.0f} s"
+    return f"at most {max(loss.watch) - loss.lost_after:.2f} s"
 
 
 def _value(xs: list[float], victims: int, lost_after: float, give_up: float, what: str) -> str:

@@ -5,9 +5,13 @@ At the kill, ``BenchSleeper`` workflows (bench/noop.py, unsandboxed, in a worker
 own) are started on the same dev server, one per victim, each sleeping ``LOST_AFTER``: from
 Temporal's acceptance of the start to the workflow's close is what a judgement after
 ``LOST_AFTER`` costs at the least on this server, under this load (a timer, a workflow task).
-Where the time went is read from the histories (workflow-task waits in the task queue, run
-times, timer lateness) and from the controller's SDK metrics
-(``temporal_workflow_task_schedule_to_start_latency``, every workflow task it ran).
+Before the reaper fleet beats, the same fleet of ``BenchWatch`` workflows (the cheapest
+liveness: every beat restarts a timer of ``LOST_AFTER``; no rule, no row, no reap) beats the
+no-op worker and loses the same number of workers at once (:func:`watch_fleet`,
+:func:`watch_kill`): from each one's last beat to its close is what a loss costs at the least
+under a fleet's load on this machine. Where the time went is read from the histories
+(workflow-task waits in the task queue, run times, timer lateness) and from the controller's
+SDK metrics (``temporal_workflow_task_schedule_to_start_latency``, every workflow task it ran).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from bench.common import wait_until
 from bench.env import Controller, NoopWorker
 from bench.history import quantile, task_latencies, timeline, timer_lateness
 from bench.server import cpu, temporal_processes
+from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
+WATCH = "BenchWatch"
 SDK_WAIT = "temporal_workflow_task_schedule_to_start_latency"
 
 
@@ -71,6 +77,8 @@ class Loss:
     to_repl: list[float] = field(default_factory=list)
     sleepers: list[float] = field(default_factory=list)
     """Each no-op sleeper's close after its start was accepted, less ``LOST_AFTER``."""
+    watch: list[float] = field(default_factory=list)
+    """Each ``BenchWatch`` victim's close after its last beat (the floor under load)."""
     cores: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     """Controller, dev server, load generator (CPU cores), machine load average."""
     waits: list[float] = field(default_factory=list)
@@ -178,10 +186,8 @@ async def kill_and_judge(
             doomed,
         )
     ]
-    for wid, at in started:
-        desc = await client.get_workflow_handle(wid).describe()
-        if desc.close_time is not None:
-            loss.sleepers.append(desc.close_time.timestamp() - at - lost_after)
+    closes = await _closes(client, [wid for wid, _ in started], killed_at + loss.give_up)
+    loss.sleepers = [closes[wid] - at - lost_after for wid, at in started if wid in closes]
     sample = [liveness_id(n) for n in healthy]
     loss.sampled = len(sample)
     loss.waits, loss.runs = await task_latencies(client, sample, killed_at)
@@ -196,6 +202,47 @@ async def kill_and_judge(
     ]
     loss.graces = graces(ctl, set(doomed))
     return loss
+
+
+async def _closes(client: Client, ids: list[str], until: float) -> dict[str, float]:
+    """Each workflow's close time (epoch seconds), polled until all closed or ``until``
+    (epoch seconds) passes; those still open are left out."""
+    out: dict[str, float] = {}
+    while True:
+        for wid in ids:
+            if wid not in out:
+                desc = await client.get_workflow_handle(wid).describe()
+                if desc.close_time is not None:
+                    out[wid] = desc.close_time.timestamp()
+        if len(out) == len(ids) or time.time() >= until:
+            return out
+        await asyncio.sleep(0.5)
+
+
+async def watch_fleet(
+    client: Client, noop: NoopWorker, workers: int, interval: float, timeout: float = 300.0
+) -> SimFleet:
+    """``workers`` ``BenchWatch`` workflows (ids ``BenchWatch-watch-NNNNN``) beating the
+    no-op worker every ``interval`` seconds, all added at once and first beats spread over
+    one interval; returned once every one handled its first beat and one more interval
+    passed. The caller stops the fleet."""
+    fleet = SimFleet(client, noop.task_queue, interval, overlap=True, workflow=WATCH)
+    base = await asyncio.to_thread(noop.handled, True)
+    fleet.start()
+    fleet.add([SimAgent(f"watch-{i:05d}") for i in range(workers)], spread=interval)
+    await noop.wait_handled(base + workers, timeout, poll=0.25, first=True)
+    await asyncio.sleep(interval)
+    return fleet
+
+
+async def watch_kill(client: Client, fleet: SimFleet, doomed: list[str], give_up: float):
+    """Stop ``doomed``'s beats at once; each one's close after its last beat (seconds), for
+    those closed within ``give_up`` seconds."""
+    fleet.kill(doomed)
+    ids = {f"{WATCH}-{n}": n for n in doomed}
+    closes = await _closes(client, list(ids), time.time() + give_up)
+    last = {wid: fleet.agents[n].last_sent for wid, n in ids.items()}
+    return [at - sent for wid, at in closes.items() if (sent := last[wid]) is not None]
 
 
 def graces(ctl: Controller, victims: set[str]) -> tuple[int, int, int]:

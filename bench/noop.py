@@ -13,6 +13,10 @@ metric 8b's fleet passes 1,000 workflows).
   beat, a registration by signal-with-start of a new id);
 - ``BenchSleeper``: a workflow that sleeps for its input's seconds and ends (metric 4a: the
   timer a judgement after ``LOST_AFTER`` cannot beat).
+- ``BenchWatch``: the cheapest liveness, a ``BenchNoop`` whose every beat restarts one timer
+  of ``BENCH_WATCH_SECONDS`` (the worker process's environment, default 30) and which ends
+  when that timer fires (metric 4a's floor under a fleet's load: a loss judged with no rule,
+  no row and no reap).
 
 The bench learns that a signal was handled without asking Temporal (a query would cost the
 server a round trip to this worker): the process counts handled signals in a Prometheus
@@ -32,6 +36,9 @@ from typing import Any
 
 from prometheus_client import Counter
 from temporalio import workflow
+
+WATCH_SECONDS = float(os.environ.get("BENCH_WATCH_SECONDS", "30"))
+"""``BenchWatch``'s silence before it ends, seconds; one value per worker process."""
 
 HANDLED = Counter("bench_noop_signals", "heartbeat signals handled by BenchNoop (not replays)")
 FIRST = Counter("bench_noop_first_signals", "BenchNoop workflows that handled their first signal")
@@ -64,6 +71,25 @@ class BenchNoop:
         await workflow.wait_condition(lambda: self.count < 0)  # never: lives like a liveness
 
 
+@workflow.defn(name="BenchWatch")
+class BenchWatch(BenchNoop):
+    """``BenchNoop`` that ends after ``WATCH_SECONDS`` without a beat: each beat cancels the
+    timer and starts another (``workflow.wait_condition`` with a timeout), as a liveness
+    with no rule, no row and no reap would."""
+
+    @workflow.run
+    async def run(self, _: Any) -> None:
+        while True:
+            seen = self.count
+            try:
+                await workflow.wait_condition(
+                    lambda seen=seen: self.count != seen,
+                    timeout=timedelta(seconds=WATCH_SECONDS),
+                )
+            except TimeoutError:
+                return  # silent for WATCH_SECONDS: "lost"
+
+
 @workflow.defn(name="BenchSleeper")
 class BenchSleeper:
     """Sleeps ``seconds`` (its input, a number) with one timer, then ends."""
@@ -88,7 +114,7 @@ async def _serve(address: str, task_queue: str, metrics_port: int) -> None:
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[BenchNoop, BenchSleeper],
+        workflows=[BenchNoop, BenchWatch, BenchSleeper],
         workflow_runner=UnsandboxedWorkflowRunner(),
         max_cached_workflows=10_000,
     ):
