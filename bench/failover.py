@@ -5,8 +5,8 @@ a CPU-heavy process beside the stack (4d, 4e).
 One asyncio process simulates the fleet (reaper/kit/fleet.py): every worker beats by
 signal-with-start every ``REAPER_HEARTBEAT_INTERVAL``, the first beats spread over one
 interval, workers added in batches until all are registered, then ``LOST_AFTER`` of steady
-state (the registration burst's backlog drained: 8b measures registration). Each victim holds one running
-task of service ``bench-svc`` (desired count = victims) and reports it in every beat
+state (the registration burst's backlog drained: 8b measures registration). Each victim
+holds one running task of service ``bench-svc`` (desired count = victims) and reports it in every beat
 (a complete report); the other workers send liveness-only beats, so that the fleet is 1,000
 livenesses and not 2,000 workflows (a reporting worker also has a collector; the cost of
 reports is metric 1's). Then the victims' beats stop at once. "Last heartbeat" is the
