@@ -6,15 +6,15 @@ One asyncio process simulates the fleet (reaper/kit/fleet.py): every worker beat
 signal-with-start every ``REAPER_HEARTBEAT_INTERVAL``, the first beats spread over one
 interval, workers added in batches until all are registered, then ``LOST_AFTER`` of steady
 state (the registration burst's backlog drained: 8b measures registration). Each victim
-holds one running task of service ``bench-svc`` (desired count = victims) and reports it in every beat
-(a complete report); the other workers send liveness-only beats, so that the fleet is 1,000
-livenesses and not 2,000 workflows (a reporting worker also has a collector; the cost of
-reports is metric 1's). Then the victims' beats stop at once. "Last heartbeat" is the
-wall-clock time at which Temporal accepted the victim's last beat; ``lost`` is the time of
-its ``events`` row ``state`` (``... -> lost``), the replacement the ``created_at`` of the
-task whose ``replaces`` is the victim's task (same transaction as its ``replaced`` event).
-Every healthy worker that went ``stalled`` meanwhile is counted. Where the time went is read
-from the histories: how long workflow tasks waited in the task queue and ran on the
+holds one running task of service ``bench-svc`` (desired count = victims) and reports it in
+every beat (a complete report); the other workers send liveness-only beats, so that the
+fleet is 1,000 livenesses and not 2,000 workflows (a reporting worker also has a collector;
+the cost of reports is metric 1's). Then the victims' beats stop at once. "Last heartbeat"
+is the wall-clock time at which Temporal accepted the victim's last beat; ``lost`` is the
+time of its ``events`` row ``state`` (``... -> lost``), the replacement the ``created_at``
+of the task whose ``replaces`` is the victim's task (same transaction as its ``replaced``
+event). Every healthy worker that went ``stalled`` meanwhile is counted. Where the time went
+is read from the histories: how long workflow tasks waited in the task queue and ran on the
 controller, and the slowest victim's events one by one (bench/loss.py).
 
 Beside each kill, one no-op workflow per victim sleeps ``LOST_AFTER`` on the same server
