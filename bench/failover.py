@@ -28,41 +28,21 @@ fleet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import statistics
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 import asyncpg
 
 from bench.common import wait_until
 from bench.env import BenchEnv, Controller
+from bench.floor import cpu_hog, watch_floors, watch_text, worst_watch
 from bench.history import quantile, spread
-from bench.loss import Loss, kill_and_judge, watch_fleet, watch_kill
+from bench.loss import Loss, kill_and_judge
 from bench.result import Metric, verdict
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
-from reaper.kit.processes import Child
-
-HOG = "while True: pass"
-
-
-@contextlib.contextmanager
-def cpu_hog(env: BenchEnv, on: bool = True) -> Iterator[None]:
-    """``python -c "while True: pass"`` beside the stack for the block (if ``on``)."""
-    if not on:
-        yield
-        return
-    proc = Child("cpu hog", [sys.executable, "-c", HOG], restart=False)
-    proc.start()
-    env.others.append(proc)
-    try:
-        yield
-    finally:
-        proc.stop()
 
 
 async def ramp(
@@ -112,20 +92,7 @@ async def run(
     noop = env.start_noop_worker(f"bench-sleep-{uuid.uuid4().hex[:6]}", lost_after)
     await env.wait_noop(noop)
     give_up = lost_after + min(60.0, 3 * lost_after)
-    floors: list[list[float]] = []
-    watch = await watch_fleet(client, noop, workers, interval)
-    try:
-        wnames = list(watch.agents)
-        for g in range(2 if hog else 1):
-            with cpu_hog(env, on=g == 1):
-                if g:
-                    await asyncio.sleep(interval)
-                doomed = wnames[len(wnames) - victims * (g + 1) :][:victims]
-                floors.append(await watch_kill(client, watch, doomed, give_up))
-            worst = max(floors[-1], default=0.0)
-            progress(f"  floor: BenchWatch kill {g + 1}, closed at most {worst:.2f} s after")
-    finally:
-        await watch.stop()
+    floors = await watch_floors(env, noop, workers, victims, interval, give_up, hog, progress)
     pool = await asyncpg.create_pool(ctl.db_url, min_size=1, max_size=2)
     fleet = SimFleet(client, ctl.task_queue, interval, overlap=True)
     names = [f"fleet-{i:05d}" for i in range(workers)]
@@ -238,7 +205,7 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
         f"the floor under this load: {len(loss.victims)} of the same number of BenchWatch "
         "workflows (the cheapest liveness: each beat restarts one timer of LOST_AFTER; no "
         "rule, row or reap; unsandboxed, the no-op worker), beaten the same way before "
-        f"reaper's fleet and killed at once, closed {_watch(loss)}",
+        f"reaper's fleet and killed at once, closed {watch_text(loss)}",
         f"outage grace (a deadline judged more than HEARTBEAT_INTERVAL late extends LOST_AFTER "
         f"by STALL_AFTER; controller log): {loss.graces[0]} times for {loss.graces[1]} of the "
         f"victims, {loss.graces[2]} times for others",
@@ -282,7 +249,7 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
             m.why = (
                 f"worst {worst_s} past LOST_AFTER (a no-op timer of LOST_AFTER: at most "
                 f"{max(loss.sleepers, default=0):.2f} s; a no-op liveness under the same "
-                f"load: {_worst_watch(loss)}), with the controller "
+                f"load: {worst_watch(loss)}), with the controller "
                 f"at {ctl_cores:.2f} cores and the dev server at {tmp_cores:.2f} on a "
                 f"machine at load {load:.1f}: the victims' deadline timers fired up to "
                 f"{max(loss.vlate, default=0):.2f} s late on the server; their workflow tasks "
@@ -293,22 +260,6 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
                 "further tasks in sequence (the slowest victim's events are listed)"
             )
     return [lost_m, repl_m]
-
-
-def _watch(loss: Loss) -> str:
-    """How the ``BenchWatch`` victims closed after their last beat."""
-    if not loss.watch:
-        return "none within the wait"
-    text = f"{spread(loss.watch)} after their last beat"
-    if len(loss.watch) < len(loss.victims):
-        text += f"; {len(loss.victims) - len(loss.watch)} not within {loss.give_up:.0f} s"
-    return text
-
-
-def _worst_watch(loss: Loss) -> str:
-    if len(loss.watch) < len(loss.victims):
-        return f"not all closed within {loss.give_up - loss.lost_after:.0f} s"
-    return f"at most {max(loss.watch) - loss.lost_after:.2f} s"
 
 
 def _value(xs: list[float], victims: int, lost_after: float, give_up: float, what: str) -> str:

@@ -4,14 +4,14 @@ and to its replacement, beside the timer of a no-op workflow that sleeps ``LOST_
 At the kill, ``BenchSleeper`` workflows (bench/noop.py, unsandboxed, in a worker of their
 own) are started on the same dev server, one per victim, each sleeping ``LOST_AFTER``: from
 Temporal's acceptance of the start to the workflow's close is what a judgement after
-``LOST_AFTER`` costs at the least on this server, under this load (a timer, a workflow task).
-Before the reaper fleet beats, the same fleet of ``BenchWatch`` workflows (the cheapest
-liveness: every beat restarts a timer of ``LOST_AFTER``; no rule, no row, no reap) beats the
-no-op worker and loses the same number of workers at once (:func:`watch_fleet`,
-:func:`watch_kill`): from each one's last beat to its close is what a loss costs at the least
-under a fleet's load on this machine. Where the time went is read from the histories
-(workflow-task waits in the task queue, run times, timer lateness) and from the controller's
-SDK metrics (``temporal_workflow_task_schedule_to_start_latency``, every workflow task it ran).
+``LOST_AFTER`` costs at the least on this server, under this load (a timer, a workflow
+task). Before the reaper fleet beats, the same fleet of ``BenchWatch`` workflows (the
+cheapest liveness: every beat restarts a timer of ``LOST_AFTER``; no rule, no row, no reap)
+beats the no-op worker and loses the same number of workers at once (bench/floor.py): from
+each one's last beat to its close is what a loss costs at the least under a fleet's load on
+this machine. Where the time went is read from the histories (workflow-task waits in the
+task queue, run times, timer lateness) and from the controller's SDK metrics
+(``temporal_workflow_task_schedule_to_start_latency``, every workflow task it ran).
 """
 
 from __future__ import annotations
@@ -32,11 +32,9 @@ from bench.common import wait_until
 from bench.env import Controller, NoopWorker
 from bench.history import quantile, task_latencies, timeline, timer_lateness
 from bench.server import cpu, temporal_processes
-from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
-WATCH = "BenchWatch"
 SDK_WAIT = "temporal_workflow_task_schedule_to_start_latency"
 
 
@@ -186,8 +184,8 @@ async def kill_and_judge(
             doomed,
         )
     ]
-    closes = await _closes(client, [wid for wid, _ in started], killed_at + loss.give_up)
-    loss.sleepers = [closes[wid] - at - lost_after for wid, at in started if wid in closes]
+    closed = await closes(client, [wid for wid, _ in started], killed_at + loss.give_up)
+    loss.sleepers = [closed[wid] - at - lost_after for wid, at in started if wid in closed]
     sample = [liveness_id(n) for n in healthy]
     loss.sampled = len(sample)
     loss.waits, loss.runs = await task_latencies(client, sample, killed_at)
@@ -204,7 +202,7 @@ async def kill_and_judge(
     return loss
 
 
-async def _closes(client: Client, ids: list[str], until: float) -> dict[str, float]:
+async def closes(client: Client, ids: list[str], until: float) -> dict[str, float]:
     """Each workflow's close time (epoch seconds), polled until all closed or ``until``
     (epoch seconds) passes; those still open are left out."""
     out: dict[str, float] = {}
@@ -217,32 +215,6 @@ async def _closes(client: Client, ids: list[str], until: float) -> dict[str, flo
         if len(out) == len(ids) or time.time() >= until:
             return out
         await asyncio.sleep(0.5)
-
-
-async def watch_fleet(
-    client: Client, noop: NoopWorker, workers: int, interval: float, timeout: float = 300.0
-) -> SimFleet:
-    """``workers`` ``BenchWatch`` workflows (ids ``BenchWatch-watch-NNNNN``) beating the
-    no-op worker every ``interval`` seconds, all added at once and first beats spread over
-    one interval; returned once every one handled its first beat and one more interval
-    passed. The caller stops the fleet."""
-    fleet = SimFleet(client, noop.task_queue, interval, overlap=True, workflow=WATCH)
-    base = await asyncio.to_thread(noop.handled, True)
-    fleet.start()
-    fleet.add([SimAgent(f"watch-{i:05d}") for i in range(workers)], spread=interval)
-    await noop.wait_handled(base + workers, timeout, poll=0.25, first=True)
-    await asyncio.sleep(interval)
-    return fleet
-
-
-async def watch_kill(client: Client, fleet: SimFleet, doomed: list[str], give_up: float):
-    """Stop ``doomed``'s beats at once; each one's close after its last beat (seconds), for
-    those closed within ``give_up`` seconds."""
-    fleet.kill(doomed)
-    ids = {f"{WATCH}-{n}": n for n in doomed}
-    closes = await _closes(client, list(ids), time.time() + give_up)
-    last = {wid: fleet.agents[n].last_sent for wid, n in ids.items()}
-    return [at - sent for wid, at in closes.items() if (sent := last[wid]) is not None]
 
 
 def graces(ctl: Controller, victims: set[str]) -> tuple[int, int, int]:
