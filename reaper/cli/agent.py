@@ -13,10 +13,11 @@ Engine API (:mod:`reaper.cli.runtimes.docker`). Every heartbeat interval the age
    ``liveness-{worker}`` with a fresh ``boot_id`` per process start, ``seq`` from 0 strictly
    increasing, and the COMPLETE lists; a list the runtime could not read goes as ``null``
    (liveness only: CONTRACT.md §2), never as ``[]``;
-2. queries ``state`` and applies it in the background (a slow engine never delays the next
-   beat): each id in ``assignments`` is started, each handle in ``orphans_by_kind`` (or,
-   from an older controller, ``orphans``) removed. Nothing is applied on a beat whose
-   inventory was incomplete (the engine is not answering).
+2. queries ``state`` (one query at a time; a beat waits for it no longer than its interval
+   allows, and a later beat takes a late answer) and applies it in the background (a slow
+   engine never delays the next beat): each id in ``assignments`` is started, each handle
+   in ``orphans_by_kind`` (or, from an older controller, ``orphans``) removed. Nothing is
+   applied on a beat whose inventory was incomplete (the engine is not answering).
 
 Temporal being unreachable is logged and retried at the next interval; the agent never exits
 on its own. A stop is a restart (nothing is reaped) unless ``retire_on_stop`` is set: then,
@@ -43,18 +44,12 @@ from typing import cast
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client
 
-from reaper.cli.agent_connection import ClientFactory, client_factory, query_state, short_error
+from reaper.cli.agent_connection import ClientFactory, StateAsker, client_factory, short_error
 from reaper.cli.agent_metrics import AgentMetrics
 from reaper.cli.agent_retire import RETIRE_DEADLINE_S, RETIRE_ON_STOP_REASON, send_retire
 from reaper.cli.runtimes import Inventory, Runtime
 from reaper.cli.runtimes.directory import DirectoryRuntime, list_entries, remove_entry
-from reaper.core.contract import (
-    HEARTBEAT_SIGNAL,
-    KINDS,
-    LIVENESS_WORKFLOW,
-    StateView,
-    liveness_id,
-)
+from reaper.core.contract import HEARTBEAT_SIGNAL, KINDS, LIVENESS_WORKFLOW, StateView, liveness_id
 from reaper.core.protocol import build_beats
 from reaper.core.signing import sign_heartbeat
 
@@ -107,6 +102,7 @@ class Agent:
     _last_state: tuple[str, bool] | None = None
     _last_rejection: str | None = None
     _actions: asyncio.Task[tuple[list[str], list[str]]] | None = None
+    _asker: StateAsker = field(default_factory=StateAsker)
 
     def __post_init__(self) -> None:
         if self.runtime is None:
@@ -152,7 +148,7 @@ class Agent:
 
     async def beat_once(self) -> StateView | None:
         """Take the inventory, send one heartbeat, query ``state`` and apply it in the
-        background; ``None`` if the beat or the query failed."""
+        background; ``None`` if the beat or the query failed or the answer is still due."""
         began = time.monotonic()
         timeout = timedelta(seconds=max(2.0, min(self.interval * 2, 10.0)))
         lists = await self.host.inventory()
@@ -178,9 +174,11 @@ class Agent:
                 )
                 log.debug("beat seq=%s %s", payload["seq"], sizes)
             step = "state query"
-            # The query must not delay the next beat: it gets what is left of this interval.
+            # The next beat must not wait: a later answer is taken by a later beat.
             left = max(1.0, self.interval - (time.monotonic() - began))
-            view = await query_state(handle, left)
+            view = await self._asker.ask(handle, left, max(10.0, 3 * self.interval))
+            if view is None:
+                return None
         except Exception as exc:  # unreachable, timeouts, no controller polling yet
             self.failures += 1
             if self._failing != step:
@@ -279,6 +277,7 @@ class Agent:
             self._actions.cancel()  # a stop is a restart: the next boot is told again
             with contextlib.suppress(asyncio.CancelledError):
                 await self._actions
+        await self._asker.close()
         await self.host.close()
         if not self.retire_on_stop:
             return True

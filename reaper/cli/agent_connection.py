@@ -8,6 +8,7 @@ errors: the agent logs an outage once itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -35,6 +36,51 @@ async def query_state(handle: WorkflowHandle[Any, Any], seconds: float) -> State
     rpc = timedelta(seconds=seconds)
     query = handle.query(STATE_QUERY, result_type=StateView, rpc_timeout=rpc)
     return await asyncio.wait_for(query, seconds)
+
+
+class StateAsker:
+    """The agent's ``state`` query, one at a time and carried across beats.
+
+    A beat waits for the answer only as long as its interval has left, so that the next beat
+    goes on time; an answer that comes later is not lost: the query keeps running, with a
+    deadline of its own, and the next beat takes its answer. A busy controller answers in
+    more than one interval; abandoning each query at the interval left the agent with no
+    answer at all under load, and so without its assignments and orphans (a fresh clone's
+    ``make test``, 2026-12-04: the demo's orphan step, heartbeat 1 s).
+    """
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[StateView] | None = None
+
+    async def ask(
+        self, handle: WorkflowHandle[Any, Any], wait: float, deadline: float
+    ) -> StateView | None:
+        """The answer if it is in within ``wait`` seconds, else ``None`` (still asked).
+
+        Args:
+            handle: the worker's liveness.
+            wait: seconds this call waits.
+            deadline: seconds the query may take in all (:func:`query_state`).
+
+        Raises:
+            TimeoutError, temporalio.service.RPCError: the query failed (as
+                :func:`query_state`); the next call asks again.
+        """
+        if self._task is None:
+            self._task = asyncio.create_task(query_state(handle, deadline))
+        done, _ = await asyncio.wait({self._task}, timeout=wait)
+        if not done:
+            return None
+        task, self._task = self._task, None
+        return task.result()
+
+    async def close(self) -> None:
+        """Cancel a query still running."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._task = None
 
 
 ClientFactory = Callable[[], Awaitable[Client]]
