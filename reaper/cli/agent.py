@@ -176,7 +176,8 @@ class Agent:
             step = "state query"
             # The next beat must not wait: a later answer is taken by a later beat.
             left = max(1.0, self.interval - (time.monotonic() - began))
-            view = await self._asker.ask(handle, left, max(10.0, 3 * self.interval))
+            deadline = max(10.0, 3 * self.interval)
+            view = await self._asker.ask(handle, left, deadline, 2 * self.interval)
             if view is None:
                 return None
         except Exception as exc:  # unreachable, timeouts, no controller polling yet

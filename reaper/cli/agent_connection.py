@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,10 @@ async def query_state(handle: WorkflowHandle[Any, Any], seconds: float) -> State
     return await asyncio.wait_for(query, seconds)
 
 
+StateQuery = Callable[[WorkflowHandle[Any, Any], float], Coroutine[Any, Any, StateView]]
+"""Asks a liveness's ``state`` within a deadline in seconds: :func:`query_state`'s shape."""
+
+
 class StateAsker:
     """The agent's ``state`` query, one at a time and carried across beats.
 
@@ -47,40 +52,63 @@ class StateAsker:
     more than one interval; abandoning each query at the interval left the agent with no
     answer at all under load, and so without its assignments and orphans (a fresh clone's
     ``make test``, 2026-12-04: the demo's orphan step, heartbeat 1 s).
+
+    An answer, or a failure, that has waited longer than ``fresh`` seconds for a beat to take
+    it is dropped and the query asked again: while beats fail, one may wait for minutes, and
+    acting on it would start or stop work on a view that old (breaker, 2026-12-05: a 17 s
+    old view applied at heartbeat 1 s). A failure nobody waits for is never left for asyncio
+    to report, and :meth:`close` never raises.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, query: StateQuery | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """``query``: how to ask (:func:`query_state` unless given); ``clock``: seconds."""
+        self._query = query or query_state
+        self._clock = clock
         self._task: asyncio.Task[StateView] | None = None
+        self._done_at = 0.0
 
     async def ask(
-        self, handle: WorkflowHandle[Any, Any], wait: float, deadline: float
+        self, handle: WorkflowHandle[Any, Any], wait: float, deadline: float, fresh: float
     ) -> StateView | None:
         """The answer if it is in within ``wait`` seconds, else ``None`` (still asked).
 
         Args:
-            handle: the worker's liveness.
+            handle: the worker's liveness (used if a new query starts).
             wait: seconds this call waits.
-            deadline: seconds the query may take in all (:func:`query_state`).
+            deadline: seconds a new query may take in all (:func:`query_state`).
+            fresh: seconds a finished query's answer or failure stays usable.
 
         Raises:
             TimeoutError, temporalio.service.RPCError: the query failed (as
-                :func:`query_state`); the next call asks again.
+                :func:`query_state`) within ``fresh`` seconds; the next call asks again.
         """
-        if self._task is None:
-            self._task = asyncio.create_task(query_state(handle, deadline))
-        done, _ = await asyncio.wait({self._task}, timeout=wait)
+        task = self._task
+        if task is not None and task.done() and self._clock() - self._done_at > fresh:
+            task = None
+        if task is None:
+            task = self._task = asyncio.create_task(self._query(handle, deadline))
+            task.add_done_callback(self._finished)
+        done, _ = await asyncio.wait({task}, timeout=wait)
         if not done:
             return None
-        task, self._task = self._task, None
+        self._task = None
         return task.result()
 
+    def _finished(self, task: asyncio.Task[StateView]) -> None:
+        self._done_at = self._clock()
+        if not task.cancelled():
+            task.exception()  # marked retrieved: ask() raises it, if it is taken at all
+
     async def close(self) -> None:
-        """Cancel a query still running."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._task = None
+        """Cancel a query still running; never raises."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            # A query that failed in the same turn ends with its error, not cancelled.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 ClientFactory = Callable[[], Awaitable[Client]]
