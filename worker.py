@@ -33,6 +33,7 @@ from reaper.infra.temporal import (
     ensure_search_attributes,
     while_unavailable,
     workflow_runner,
+    workflow_task_polling,
 )
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
@@ -93,6 +94,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             # Replicas share the task queue; a workflow cached on a replica that died moves
             # to another one after this long (docs/operator-guide.md: "Several controllers").
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),
+            # New workers' first tasks come from the shared queue (BENCHMARKS.md metric 8b).
+            **workflow_task_polling(settings.workflow_task_pollers),
         )
         log.info(
             "controller %s (reaper %s) serving task queue %r in namespace %r",

@@ -270,8 +270,9 @@ class BenchEnv:
 
     def start_noop_worker(self, task_queue: str, watch_seconds: float = 30.0) -> NoopWorker:
         """The baselines' worker process (bench/noop.py): the no-op workflows, unsandboxed, with
-        the SDK's default ``Worker`` settings; its count of handled signals on a port of its
-        own; its ``BenchWatch`` workflows end after ``watch_seconds`` without a beat."""
+        the SDK's default ``Worker`` settings but the controller's cache and polls; its count
+        of handled signals on a port of its own; its ``BenchWatch`` workflows end after
+        ``watch_seconds`` without a beat."""
         noop = NoopWorker(
             self.address, task_queue, self.root / f"noop-worker-{task_queue}.log", watch_seconds
         )

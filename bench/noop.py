@@ -4,10 +4,12 @@
 their own, with the SDK's default ``Worker`` settings, the default data converter and **no
 sandbox** (``UnsandboxedWorkflowRunner``): the floor reaper is measured against is the
 cheapest way to do the same work in Python, not a workflow that carries reaper's own overheads
-(the sandbox, worker.py's concurrency settings, the pydantic converter). One setting differs
-from the SDK's defaults, in the direction of cheaper: the workflow cache holds 10,000
-workflows (the default, 1,000, would make the no-op replay its history on every beat once
-metric 8b's fleet passes 1,000 workflows).
+(the sandbox, the pydantic converter). Two settings differ from the SDK's defaults, both
+capacity, not overhead, and both the controller's: the workflow cache holds 10,000 workflows
+(the default, 1,000, would make the no-op replay its history on every beat once metric 8b's
+fleet passes 1,000 workflows), and the workflow-task polls are the controller's default
+``REAPER_WORKFLOW_TASK_POLLERS``, half on the shared queue (``workflow_task_polling``; at the
+SDK's 5, one on the shared queue, a fleet's first signals queue behind one poll).
 
 - ``BenchNoop``: a workflow whose ``heartbeat`` handler only counts (metrics 1, 8 and 9: a
   beat, a registration by signal-with-start of a new id);
@@ -104,19 +106,25 @@ async def _serve(address: str, task_queue: str, metrics_port: int) -> None:
     from temporalio.client import Client
     from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+    from reaper.core.config import Settings
+    from reaper.infra.temporal import workflow_task_polling
+
     start_http_server(metrics_port, addr="127.0.0.1")
     client = await Client.connect(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # The SDK's defaults but for the runner (no sandbox) and a cache that holds every workflow.
+    # The SDK's defaults but for the runner (no sandbox), a cache that holds every workflow
+    # and the controller's default polls: capacity settings, not overheads, so the floor
+    # has them as reaper has.
     async with Worker(
         client,
         task_queue=task_queue,
         workflows=[BenchNoop, BenchWatch, BenchSleeper],
         workflow_runner=UnsandboxedWorkflowRunner(),
         max_cached_workflows=10_000,
+        **workflow_task_polling(Settings.model_fields["workflow_task_pollers"].default),
     ):
         await stop.wait()
 

@@ -101,6 +101,15 @@ class Settings(ConnectionSettings):
     """How long a workflow task waits on the sticky queue of the replica that has the workflow
     cached before any replica may take it (the SDK's ``sticky_queue_schedule_to_start_timeout``,
     10 s by default): the bound on how long a SIGKILLed replica's workflows wait to move."""
+    workflow_task_pollers: int = 20
+    """``REAPER_WORKFLOW_TASK_POLLERS``: how many workflow-task polls each controller keeps open
+    at once (the SDK's ``PollerBehaviorSimpleMaximum``, 5 by default; at least 2), half on
+    the task queue all replicas share, where every new worker's first task comes, half on
+    the controller's sticky queue (``reaper.infra.temporal.SHARED_QUEUE_POLL_SHARE``). At
+    the SDK's defaults a fleet that boots at once registered one poll at a time: 5,000
+    workers in 131-132 s on two cores, 72 s at 20 (BENCHMARKS.md metric 8b, issue 20).
+    Temporal's worker performance guide: raise pollers while tasks wait in the queue and
+    the worker has slots and CPU to spare."""
     peer_version: str = DEFAULT_PEER_VERSION
     """``REAPER_PEER_VERSION``: the oldest reaper release line (``major.minor``) that may serve
     the same task queue as this controller, as during a rolling upgrade. A change of the
@@ -192,6 +201,11 @@ class Settings(ConnectionSettings):
         if self.sticky_timeout <= 0:
             raise ValueError(
                 f"REAPER_STICKY_TIMEOUT must be greater than 0, got {self.sticky_timeout:g}"
+            )
+        if self.workflow_task_pollers < 2:
+            raise ValueError(
+                "REAPER_WORKFLOW_TASK_POLLERS must be at least 2 (one for the shared queue, one "
+                f"for the sticky queue), got {self.workflow_task_pollers}"
             )
         if self.reap_burst < 1:
             raise ValueError(f"REAPER_REAP_BURST must be at least 1, got {self.reap_burst}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -18,6 +18,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
     Interceptor,
+    PollerBehaviorSimpleMaximum,
     UnsandboxedWorkflowRunner,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
@@ -166,6 +167,31 @@ def workflow_runner(sandboxed: bool = True) -> WorkflowRunner:
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_all_modules()
     )
+
+
+SHARED_QUEUE_POLL_SHARE = 0.5
+"""The fraction of a controller's workflow-task polls kept on the task queue all replicas
+share (the SDK's ``nonsticky_to_sticky_poll_ratio``, 0.2 by default); the rest poll the
+controller's own sticky queue, where the tasks of the workflows it has cached come. Every
+new worker's first task comes from the shared queue, and a fleet that boots at once is
+thousands of them: at the SDK's defaults (5 polls, one of them on the shared queue) 5,000
+workers added at once registered in 131-132 s on two cores; 20 polls at 0.2 (4 shared) in
+97-114 s, at 0.5 (10 shared, 10 sticky) in 72 s (BENCHMARKS.md metric 8b, issue 20). Half
+keeps ten sticky polls for the steady beats, twice the SDK's four."""
+
+
+def workflow_task_polling(pollers: int) -> dict[str, Any]:
+    """The ``Worker`` arguments for ``pollers`` workflow-task polls at once
+    (``REAPER_WORKFLOW_TASK_POLLERS``), :data:`SHARED_QUEUE_POLL_SHARE` of them on the shared
+    task queue; the controller's and the bench's no-op worker's alike.
+
+    Args:
+        pollers: at least 2 (one per queue; the SDK raises ``ValueError`` below that).
+    """
+    return {
+        "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(pollers),
+        "nonsticky_to_sticky_poll_ratio": SHARED_QUEUE_POLL_SHARE,
+    }
 
 
 class PeerVersionGate(Interceptor):
