@@ -107,7 +107,7 @@ class Settings(ConnectionSettings):
     the task queue all replicas share, where every new worker's first task comes, half on
     the controller's sticky queue (``reaper.infra.temporal.SHARED_QUEUE_POLL_SHARE``). At
     the SDK's defaults a fleet that boots at once registered one poll at a time: 5,000
-    workers in 131-132 s on two cores, 72 s at 20 (BENCHMARKS.md metric 8b, issue 20).
+    workers in 131-132 s on two cores, 72-97 s at 20 (BENCHMARKS.md metric 8b, issue 20).
     Temporal's worker performance guide: raise pollers while tasks wait in the queue and
     the worker has slots and CPU to spare."""
     peer_version: str = DEFAULT_PEER_VERSION

@@ -176,7 +176,7 @@ controller's own sticky queue, where the tasks of the workflows it has cached co
 new worker's first task comes from the shared queue, and a fleet that boots at once is
 thousands of them: at the SDK's defaults (5 polls, one of them on the shared queue) 5,000
 workers added at once registered in 131-132 s on two cores; 20 polls at 0.2 (4 shared) in
-97-114 s, at 0.5 (10 shared, 10 sticky) in 72 s (BENCHMARKS.md metric 8b, issue 20). Half
+97-114 s, at 0.5 (10 shared, 10 sticky) in 72-97 s (BENCHMARKS.md metric 8b, issue 20). Half
 keeps ten sticky polls for the steady beats, twice the SDK's four."""
 
 
