@@ -81,6 +81,26 @@ def seal_refusal(
     return None
 
 
+def beyond_seal(
+    r: SealedReport | None, staged_id: str | None, restart_all: bool, also_seen: list[str]
+) -> str | None:
+    """Why a reconcile's inputs do more than the sealed report ``r`` allows, or ``None``.
+
+    They must diff the report sealed (``staged_id``) and restart at least the clocks it
+    restarts; they may restart more (``restart_all`` set, or more handles in ``also_seen``):
+    the collector adds what older reports it superseded in its queue saw
+    (``reaper.core.models.supersede_queued``), and a restarted clock only delays a destroy
+    (rule 4). Checked after :func:`seal_refusal`, which vouches for ``r``.
+    """
+    if r is None:
+        return None
+    if r.staged_id != staged_id or (r.restart_all and not restart_all):
+        return "bad seal: the report differs from the one sealed"
+    if not set(r.also_seen) <= set(also_seen):
+        return "bad seal: the report differs from the one sealed"
+    return None
+
+
 class CollectionActivities(ActivityBase):
     """Activities called by ``HandleCollector`` (one collector per worker, ``gc-{worker}``)."""
 
@@ -103,14 +123,9 @@ class CollectionActivities(ActivityBase):
             inp: ``handles`` is the complete list; ``taken_at`` the controller's UTC receive
                 time, which becomes ``missing_since`` of rows newly marked.
         """
-        unsealed = seal_refusal(inp.worker, inp.kind, inp.report, inp.handles, inp.taken_at)
-        r = inp.report
-        if r is not None and (r.staged_id, r.restart_all, r.also_seen) != (
-            inp.staged_id,
-            inp.restart_all,
-            inp.also_seen,
-        ):
-            unsealed = "bad seal: the report differs from the one sealed"
+        unsealed = seal_refusal(
+            inp.worker, inp.kind, inp.report, inp.handles, inp.taken_at
+        ) or beyond_seal(inp.report, inp.staged_id, inp.restart_all, inp.also_seen)
         if unsealed is not None:
             log.warning("report for %s %s refused: %s", inp.worker, inp.kind, unsealed)
             return ReconcileResult(skipped=unsealed)

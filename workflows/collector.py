@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         GcStatusInput,
         KindStatus,
         Report,
-        supersede,
+        supersede_queued,
     )
     from reaper.core.policy import collection as policy
     from workflows import front_door
@@ -90,7 +90,9 @@ class HandleCollector:
                 self.gc.processed += 1  # superseded: counted as handled
                 if queued.taken_at > r.taken_at:
                     continue
-                r = supersede(queued, r)
+                r = supersede_queued(queued, r)
+            elif r.queued_also_seen or r.queued_restart_all:
+                r = r.model_copy(update={"queued_also_seen": [], "queued_restart_all": False})
             self.gc.queue[r.kind] = r
 
     @workflow.signal(name="stop")
@@ -220,8 +222,8 @@ class HandleCollector:
                 handles=r.handles,
                 taken_at=r.taken_at,
                 missing_ttl=t.missing_ttl,
-                also_seen=r.also_seen,
-                restart_all=r.restart_all,
+                also_seen=sorted({*r.also_seen, *r.queued_also_seen}),
+                restart_all=r.restart_all or r.queued_restart_all,
                 staged_id=r.staged_id,
                 creating_timeout=t.creating_timeout,
                 dry_run=t.dry_run,

@@ -94,6 +94,12 @@ class Report(BaseModel):
     restart_all: bool = False
     """A superseded report was staged (its handles are not at hand): restart every mark of
     this kind, the safe side of ``also_seen``."""
+    queued_also_seen: list[str] = Field(default_factory=list)
+    """Handles of older reports this one superseded in the collector's queue, after the
+    liveness sealed each report alone: outside the seal, so the collector never changes
+    what the liveness sealed. They only restart clocks (rule 4's safe side)."""
+    queued_restart_all: bool = False
+    """As ``restart_all``, for a report superseded in the collector's queue (outside the seal)."""
 
 
 def supersede(older: Report, newer: Report) -> Report:
@@ -110,6 +116,34 @@ def supersede(older: Report, newer: Report) -> Report:
     if not carries_also_seen(also_seen):  # too many to carry in a command: restart all
         return newer.model_copy(update={"restart_all": True})
     return newer.model_copy(update={"also_seen": also_seen})
+
+
+def supersede_queued(older: Report, newer: Report) -> Report:
+    """``newer`` taking the place of ``older`` in the collector's queue (rule 4, as
+    :func:`supersede`), its sealed fields as the liveness sealed them.
+
+    What ``older`` saw (its handles, ``also_seen`` and its own queued extras) goes to
+    ``queued_also_seen`` or ``queued_restart_all``: the liveness sealed each report alone,
+    and a report whose sealed fields changed is refused (``activities.sealing``), which left
+    the newest report of a kind unreconciled until ``FULL_RESYNC_INTERVAL`` (chaos smoke,
+    2026-12-05). ``newer``'s own queued fields are dropped: only this queue sets them.
+    """
+    fresh = newer.model_copy(update={"queued_also_seen": [], "queued_restart_all": False})
+    merged = supersede(
+        older.model_copy(
+            update={
+                "also_seen": sorted({*older.also_seen, *older.queued_also_seen}),
+                "restart_all": older.restart_all or older.queued_restart_all,
+            }
+        ),
+        fresh,
+    )
+    if merged.restart_all and not newer.restart_all:
+        return fresh.model_copy(update={"queued_restart_all": True})
+    extra = sorted(set(merged.also_seen) - set(newer.also_seen))
+    if not carries_also_seen([*newer.also_seen, *extra]):
+        return fresh.model_copy(update={"queued_restart_all": True})
+    return fresh.model_copy(update={"queued_also_seen": extra})
 
 
 class GcStatusInput(BaseModel):
