@@ -90,10 +90,7 @@ class HandleCollector:
                 self.gc.processed += 1  # superseded: counted as handled
                 if queued.taken_at > r.taken_at:
                     continue
-                r = supersede_queued(queued, r)
-            elif r.queued_also_seen or r.queued_restart_all:
-                r = r.model_copy(update={"queued_also_seen": [], "queued_restart_all": False})
-            self.gc.queue[r.kind] = r
+            self.gc.queue[r.kind] = supersede_queued(queued, r)
 
     @workflow.signal(name="stop")
     def stop(self, *args: Any) -> None:

@@ -118,8 +118,8 @@ def supersede(older: Report, newer: Report) -> Report:
     return newer.model_copy(update={"also_seen": also_seen})
 
 
-def supersede_queued(older: Report, newer: Report) -> Report:
-    """``newer`` taking the place of ``older`` in the collector's queue (rule 4, as
+def supersede_queued(older: Report | None, newer: Report) -> Report:
+    """``newer`` taking the place of ``older`` (if any) in the collector's queue (rule 4, as
     :func:`supersede`), its sealed fields as the liveness sealed them.
 
     What ``older`` saw (its handles, ``also_seen`` and its own queued extras) goes to
@@ -129,6 +129,8 @@ def supersede_queued(older: Report, newer: Report) -> Report:
     2026-12-05). ``newer``'s own queued fields are dropped: only this queue sets them.
     """
     fresh = newer.model_copy(update={"queued_also_seen": [], "queued_restart_all": False})
+    if older is None:
+        return fresh
     merged = supersede(
         older.model_copy(
             update={

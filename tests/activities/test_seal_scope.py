@@ -52,8 +52,9 @@ def test_a_staged_report_restarts_every_mark_outside_the_seal():
 
 def test_queued_fields_a_sender_put_in_a_report_are_dropped():
     newer = report(["t-1"], queued_also_seen=["x"], queued_restart_all=True)
-    got = supersede_queued(report(["t-1"]), newer)
-    assert got.queued_also_seen == [] and not got.queued_restart_all
+    for older in (None, report(["t-1"])):
+        got = supersede_queued(older, newer)
+        assert got.queued_also_seen == [] and not got.queued_restart_all
 
 
 def test_a_reconcile_may_restart_more_clocks_than_sealed_never_fewer():
