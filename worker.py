@@ -25,7 +25,13 @@ from activities.sealing import load_secret
 from reaper import __version__
 from reaper.core.config import ConfigError, Settings, load_settings
 from reaper.core.models import Timings
-from reaper.infra.db import Unreachable, create_pool, migrate
+from reaper.infra.db import (
+    Unreachable,
+    create_pool,
+    migrate,
+    postgres_unavailable,
+    with_backoff,
+)
 from reaper.infra.metrics_endpoint import sdk_runtime, serving
 from reaper.infra.temporal import (
     PeerVersionGate,
@@ -67,8 +73,9 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     # never holds those that heartbeats and reaps need (issue 11).
     gc_pool = await create_pool(url, timeouts=True, max_size=8)
     try:
-        applied = await migrate(pool)
-        await load_secret(pool)
+        # Postgres may stop again while a replica starts (a restart, a failover): wait it out.
+        applied = await with_backoff(lambda: migrate(pool), postgres_unavailable, "Postgres")
+        await with_backoff(lambda: load_secret(pool), postgres_unavailable, "Postgres")
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
         runtime = sdk_runtime(settings.sdk_metrics_port)

@@ -98,6 +98,23 @@ async def create_pool(
     return await with_backoff(open_pool, retryable, "Postgres", deadline_s=deadline_s)
 
 
+def postgres_unavailable(exc: Exception) -> bool:
+    """Whether ``exc`` may pass once Postgres is back: a connection refused, reset or closed
+    mid-statement, a server shutting down or starting up, a timeout. Any other error (a bad
+    statement, bad credentials) is not retried. The controller's start-up steps after its
+    pools open (migrations, the secret) retry on these: a replica restarted while Postgres
+    stopped exited on a connection closed mid-query (chaos smoke, 2026-12-05)."""
+    return isinstance(
+        exc,
+        (
+            TimeoutError,
+            OSError,
+            asyncpg.PostgresConnectionError,
+            asyncpg.exceptions.OperatorInterventionError,
+        ),
+    )
+
+
 async def with_backoff(
     call: Callable[[], Awaitable[T]],
     retryable: Callable[[Exception], bool],

@@ -7,9 +7,10 @@ from __future__ import annotations
 import socket
 import time
 
+import asyncpg
 import pytest
 
-from reaper.infra.db import Unreachable, create_pool
+from reaper.infra.db import Unreachable, create_pool, postgres_unavailable, with_backoff
 from reaper.infra.temporal import connect
 
 
@@ -32,3 +33,25 @@ async def test_temporal_unreachable_ends_in_one_clear_error_after_the_deadline()
     address = f"127.0.0.1:{closed_port()}"
     with pytest.raises(Unreachable, match=rf"^Temporal at {address} unreachable after 1s: "):
         await connect(address, "default", deadline_s=1)
+
+
+async def test_a_start_up_step_cut_off_by_postgres_is_retried_and_a_bad_one_is_not(pool) -> None:
+    """A replica's start-up step (migrations, the secret) whose connection Postgres closes
+    mid-statement runs again (a replica restarted while Postgres stopped exited on it: chaos
+    smoke, 2026-12-05); an error of the statement itself is raised at once."""
+    calls = 0
+
+    async def step() -> int:
+        nonlocal calls
+        calls += 1
+        async with pool.acquire() as conn:
+            if calls == 1:  # the server ends this session, as a fast shutdown does
+                await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            return int(await conn.fetchval("SELECT 1"))
+
+    assert await with_backoff(step, postgres_unavailable, "Postgres", deadline_s=10) == 1
+    assert calls == 2
+    with pytest.raises(asyncpg.PostgresSyntaxError):
+        await with_backoff(
+            lambda: pool.execute("SELEC 1"), postgres_unavailable, "Postgres", deadline_s=10
+        )
