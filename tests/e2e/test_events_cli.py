@@ -152,17 +152,14 @@ async def test_events_follow_prints_new_rows_and_ends_on_ctrl_c(
     )
     assert proc.stdout is not None
 
-    async def next_row(within: float = 20) -> dict[str, object]:
+    async def next_row() -> dict[str, object]:
         assert proc.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=within)
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), timeout=20)
         row: dict[str, object] = json.loads(line)
         return row
 
     try:
-        # The rows so far: it is up and following now. Its start is not what is measured: a
-        # fresh clone's first run compiles every module, and timed out at 20 s beside a
-        # chaos campaign (2026-12-05).
-        first = await next_row(within=90)
+        first = await next_row()  # the rows so far: it is up and following now
         assert (first["worker"], first["action"]) == ("w3", "state")
         async with pool.acquire() as conn, conn.transaction():
             await write_events(conn, "w2", "volume", "destroyed", ["v-9"], "missing")

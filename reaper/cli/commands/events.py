@@ -122,11 +122,15 @@ async def timeline(url: str, filters: dict[str, Any], limit: int, follow: bool, 
     try:
         if not await read.schema_ready(conn):
             raise CliError("no reaper schema in this database yet (has the controller started?)")
+        # The floor before the rows: a row committed between the two reads is then above
+        # it and followed, where a floor read after printing skipped it for ever (a fresh
+        # clone's test_events_cli under load, 2026-12-05).
+        window = FollowWindow(await _last_id(conn))
         rows = await read.events(conn, limit=limit or None, **filters)
         show(rows, js)
         if not rows:
             no_events(filters, follow, js)
-        window = FollowWindow(await _last_id(conn))
+        window.fresh(r.id for r in rows)  # printed already
         while follow and not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), FOLLOW_POLL_S)
