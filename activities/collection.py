@@ -92,13 +92,13 @@ def beyond_seal(
     (``reaper.core.models.supersede_queued``), and a restarted clock only delays a destroy
     (rule 4). Checked after :func:`seal_refusal`, which vouches for ``r``.
     """
-    if r is None:
+    if r is None or (
+        r.staged_id == staged_id
+        and (restart_all or not r.restart_all)
+        and set(r.also_seen) <= set(also_seen)
+    ):
         return None
-    if r.staged_id != staged_id or (r.restart_all and not restart_all):
-        return "bad seal: the report differs from the one sealed"
-    if not set(r.also_seen) <= set(also_seen):
-        return "bad seal: the report differs from the one sealed"
-    return None
+    return "bad seal: the report differs from the one sealed"
 
 
 class CollectionActivities(ActivityBase):
