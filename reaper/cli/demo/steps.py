@@ -230,13 +230,15 @@ async def step_return(d: Demo) -> None:
         STEP_TIMEOUT_S,
     )
     t(f"(c) {victim} running again, boot id {(old_boot or '')[:8]}… -> {(view.boot_id or '')[:8]}…")
+    # The view lists the orphan only until the agent's next report (the agent removes it within
+    # a beat), so a poll can miss it; the events row 'orphan' is the lasting record.
     await d.until(
         f"(c) {task} in the orphans of {victim}",
-        lambda: d.view(victim),
-        lambda v: task in v.orphans,
+        lambda: read.events(d.db, worker=victim, kind="task", action="orphan"),
+        lambda rows: any(r.handle == task for r in rows),
         STEP_TIMEOUT_S,
     )
-    t(f"(c) reaped task {task} listed in {victim}'s orphans")
+    t(f"(c) reaped task {task} listed in {victim}'s orphans (events row 'orphan')")
     entry = d.agent_dir(victim) / "tasks" / task
     await d.until(
         f"(c) {victim} removed {task}",
