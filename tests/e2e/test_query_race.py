@@ -27,6 +27,7 @@ import asyncio
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -94,14 +95,17 @@ def pending_timer_due(events: list[HistoryEvent]) -> float | None:
     return e.event_time.ToDatetime().timestamp() + timeout.total_seconds()
 
 
-async def replay_failures(client: Client, workflow_id: str) -> list[str]:
-    """Why each run of the workflow fails to replay on this code, if it does."""
+async def replay_failures(client: Client, workflow_id: str, keep: Path) -> list[str]:
+    """Why each run of the workflow fails to replay on this code, if it does; the history of
+    each run that fails is kept in ``keep`` (its path is in the message)."""
     replay, found = replay_check(), []
     async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         history = await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history()
         failure = await replay(history)
         if failure is not None:
-            found.append(f"replay of run {wf.run_id}: {failure}")
+            kept = keep / f"{workflow_id}-{wf.run_id}.json"
+            kept.write_text(history.to_json())
+            found.append(f"replay of run {wf.run_id} (history in {kept}): {failure}")
     return found
 
 
@@ -217,7 +221,7 @@ async def test_a_query_racing_a_timer_or_a_beat_leaves_the_liveness_working(
             failures = await failed_tasks(client, wid)
             # W2 keeps the run cached and never replays it: replay every run as any other
             # controller (or W2 after an eviction) would.
-            failures += await replay_failures(client, wid)
+            failures += await replay_failures(client, wid, tmp_path)
             for f in failures[:2]:
                 print(f"[{race}] {f[:400]}")
             assert failures == [], f"{len(failures)} failed workflow tasks or replays"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -128,18 +129,25 @@ BENIGN = {
 }
 
 
-async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
+async def failed_tasks(client: Client, workflow_id: str, keep: Path | None = None) -> list[str]:
     """The failure messages of the workflow's failed workflow tasks (nondeterminism, an
     exception in workflow code, a payload over the limit), over all its runs; the server's
-    own refusals (:data:`BENIGN`) left out."""
+    own refusals (:data:`BENIGN`) left out. With ``keep`` (a directory), the history of each
+    run with such a failure is written there as JSON and its path is the first message."""
     failures = []
     async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
         history = await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history()
-        for e in history.events:
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
-                failed = e.workflow_task_failed_event_attributes
-                if failed.cause not in BENIGN:
-                    failures.append(failed.failure.message)
+        found = [
+            e.workflow_task_failed_event_attributes.failure.message
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            and e.workflow_task_failed_event_attributes.cause not in BENIGN
+        ]
+        if found and keep is not None:
+            kept = keep / f"{workflow_id}-{wf.run_id}.json"
+            kept.write_text(history.to_json())
+            found.insert(0, f"history of run {wf.run_id} kept in {kept}")
+        failures += found
     return failures
 
 
