@@ -198,7 +198,7 @@ async def kill_and_judge(
         await timeline(client, wid, last[s] + 1.0, last[s])
         for wid in (liveness_id(s), f"reap-{s}-1")
     ]
-    loss.graces = graces(ctl, set(doomed))
+    loss.graces = graces(set(doomed), ctl)
     return loss
 
 
@@ -217,23 +217,24 @@ async def closes(client: Client, ids: list[str], until: float) -> dict[str, floa
         await asyncio.sleep(0.5)
 
 
-def graces(ctl: Controller, victims: set[str]) -> tuple[int, int, int]:
-    """From the controller's log: outage graces granted (the liveness warns "deadline
+def graces(victims: set[str], *ctls: Controller) -> tuple[int, int, int]:
+    """From the controllers' logs: outage graces granted (the liveness warns "deadline
     judged Ns late: grace until T"): (to victims, victims concerned, to others)."""
-    try:
-        text = ctl.log_path.read_text(errors="replace")
-    except OSError:
-        return 0, 0, 0
     to_victims, others, who = 0, 0, set()
-    for line in text.splitlines():
-        if "late: grace until" not in line:
+    for ctl in ctls:
+        try:
+            text = ctl.log_path.read_text(errors="replace")
+        except OSError:
             continue
-        worker = next((v for v in victims if f"{v}:" in line), None)
-        if worker is not None:
-            to_victims += 1
-            who.add(worker)
-        else:
-            others += 1
+        for line in text.splitlines():
+            if "late: grace until" not in line:
+                continue
+            worker = next((v for v in victims if f"{v}:" in line), None)
+            if worker is not None:
+                to_victims += 1
+                who.add(worker)
+            else:
+                others += 1
     return to_victims, len(who), others
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -24,6 +25,7 @@ import asyncpg
 
 from bench.common import fmt_bytes
 from bench.env import BenchEnv, Controller, timings
+from bench.loss import graces
 from bench.result import Metric, verdict
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
@@ -32,18 +34,25 @@ GIB = 2**30
 
 
 class Sampler:
-    """The highest RSS of each replica, sampled every ``every`` seconds in the background."""
+    """The highest RSS of each replica, sampled every ``every`` seconds in the background,
+    and the highest count of workflows in its SDK cache (``temporal_sticky_cache_size``)."""
 
     def __init__(self, replicas: list[Controller], every: float = 1.0) -> None:
         self.replicas, self.every = replicas, every
         self.peak = {c.name: 0 for c in replicas}
+        self.cached = {c.name: 0 for c in replicas}
         self._task: asyncio.Task[None] | None = None
 
     async def _loop(self) -> None:
+        n = 0
         while True:
             for c in self.replicas:
                 if c.alive():
                     self.peak[c.name] = max(self.peak[c.name], c.rss())
+                    if n % 10 == 0:
+                        cached = await asyncio.to_thread(sticky_cache_size, c)
+                        self.cached[c.name] = max(self.cached[c.name], cached)
+            n += 1
             await asyncio.sleep(self.every)
 
     def __enter__(self) -> Sampler:
@@ -53,6 +62,23 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         assert self._task is not None
         self._task.cancel()
+
+
+def sticky_cache_size(c: Controller) -> int:
+    """Workflows in the replica's SDK cache now (its SDK metrics' gauge); 0 if unread."""
+    url = f"http://127.0.0.1:{c.sdk_metrics_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("temporal_sticky_cache_size")
+        )
+    )
 
 
 async def _running(pool: asyncpg.Pool) -> int:
@@ -131,6 +157,7 @@ async def run(
         if v.name in lost_at and v.last_sent is not None
     ]
     worst_rss = max(rss.peak.values())
+    g = graces({v.name for v in victims}, a, b)
     common = [
         f"{workers:,} workers beating every {hb:g} s (liveness only), 2 replicas on one task "
         f"queue; STALL_AFTER {stall:g} s, LOST_AFTER {lost:g} s; {fleet.sent:,} beats sent, "
@@ -162,7 +189,9 @@ async def run(
         verdict(worst_rss < GIB),
         [
             f"{fmt_bytes(sum(rss.peak.values()) / max(n_end, 1))} per worker (both peaks over "
-            f"the {n_end:,} running at the end)"
+            f"the {n_end:,} running at the end)",
+            "workflows in each replica's SDK cache at most (temporal_sticky_cache_size): "
+            + " / ".join(f"{k} {v:,}" for k, v in rss.cached.items()),
         ],
     )
     m7d = Metric(
@@ -175,5 +204,10 @@ async def run(
         ),
         f"<= {lost + 2:g} s",
         verdict(bool(delays) and len(delays) == silent and max(delays) <= lost + 2),
+        [
+            f"outage grace (a deadline judged more than HEARTBEAT_INTERVAL late extends "
+            f"LOST_AFTER by STALL_AFTER; both replicas' logs): {g[0]} times for {g[1]} of the "
+            f"silent workers, {g[2]} times for others"
+        ],
     )
     return [m7a, m7b, m7c, m7d]
