@@ -18,13 +18,18 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import asyncpg
+import psutil
 
 from bench.common import fmt_bytes
 from bench.env import BenchEnv, Controller, timings
+from bench.floor import WATCH, watch_kill
+from bench.history import spread
 from bench.loss import graces
 from bench.result import Metric, verdict
 from reaper.kit.agents import SimAgent
@@ -81,6 +86,74 @@ def sticky_cache_size(c: Controller) -> int:
     )
 
 
+@dataclass
+class Floor:
+    """The same fleet as ``BenchWatch`` workflows on the no-op worker (one process,
+    unsandboxed, each beat restarting a timer of LOST_AFTER): the cheapest liveness of that
+    size this dev server can run."""
+
+    registered: int = 0
+    took: float = 0.0
+    rss: int = 0
+    closes: list[float] = field(default_factory=list)
+
+
+async def watch_floor(
+    workers: int,
+    hb: float,
+    lost: float,
+    give_up: float,
+    budget: float,
+    silent: int,
+    progress: Callable[[str], None],
+) -> Floor:
+    """Grow ``workers`` ``BenchWatch`` workflows as 7a grows reaper's fleet (first beats
+    spread over one interval), wait one interval, silence ``silent`` of them; the count of
+    first beats handled within ``budget`` seconds, the no-op worker's peak RSS, and each
+    silenced one's close after its last beat (within ``give_up`` seconds). On a stack of its
+    own (dev server and Postgres), closed before reaper's phase: no workflow of the floor's
+    is left on reaper's server."""
+    fenv = await BenchEnv.start()
+    try:
+        return await _watch(fenv, workers, hb, lost, give_up, budget, silent, progress)
+    finally:
+        await fenv.close()
+
+
+async def _watch(
+    env: BenchEnv,
+    workers: int,
+    hb: float,
+    lost: float,
+    give_up: float,
+    budget: float,
+    silent: int,
+    progress: Callable[[str], None],
+) -> Floor:
+    noop = env.start_noop_worker(f"bench-scale-floor-{uuid.uuid4().hex[:6]}", lost)
+    await env.wait_noop(noop)
+    fleet = SimFleet(env.client, noop.task_queue, hb, concurrency=128, overlap=True, workflow=WATCH)
+    sims = [SimAgent(f"floor-{i:05d}") for i in range(workers)]
+    out, proc = Floor(), psutil.Process(noop.pid)
+    try:
+        fleet.start()
+        t0 = time.monotonic()
+        fleet.add(sims, spread=hb)
+        while out.registered < workers and time.monotonic() - t0 < budget:
+            await asyncio.sleep(1.0)
+            out.registered = int(await asyncio.to_thread(noop.handled, True))
+            out.rss = max(out.rss, proc.memory_info().rss)
+        out.took = time.monotonic() - t0
+        progress(f"  floor: {out.registered} of {workers} BenchWatch after {out.took:.0f} s")
+        await asyncio.sleep(hb)
+        out.closes = await watch_kill(env.client, fleet, [s.name for s in sims[:silent]], give_up)
+        out.rss = max(out.rss, proc.memory_info().rss)
+    finally:
+        await fleet.stop()
+        noop.stop()
+    return out
+
+
 async def _running(pool: asyncpg.Pool) -> int:
     return int(await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE state = 'running'"))
 
@@ -105,7 +178,9 @@ async def run(
     silent: int,
     progress: Callable[[str], None],
 ) -> list[Metric]:
-    """Measure 7a-7d; ``budget`` and ``steady`` in seconds."""
+    """Measure 7a-7d, each beside its floor (:func:`watch_floor`, run first, on a stack of
+    its own on the same machine); ``budget`` and ``steady`` in seconds."""
+    floor = await watch_floor(workers, hb, lost, lost + stall + 2 * hb, budget, silent, progress)
     a = await env.start_controller("scale-a", timings(hb, stall, lost))
     b = await env.start_controller("scale-b", a.timings, replica_of=a)
     progress(f"controllers 'scale-a' pid {a.pid} and 'scale-b' pid {b.pid} ({a.timings})")
@@ -168,7 +243,12 @@ async def run(
         f"{n:,} of {workers:,} running after {took:.0f} s",
         f"all within {budget:g} s",
         verdict(n == workers),
-        common,
+        [
+            *common,
+            f"the floor: {floor.registered:,} of {workers:,} {WATCH} workflows grown the same "
+            f"way on the no-op worker (one process) had handled their first beat after "
+            f"{floor.took:.0f} s",
+        ],
     )
     unfinished = (
         f" (not judged: registration unfinished, {n_end:,} running at the end)"
@@ -192,6 +272,9 @@ async def run(
             f"the {n_end:,} running at the end)",
             "workflows in each replica's SDK cache at most (temporal_sticky_cache_size): "
             + " / ".join(f"{k} {v:,}" for k, v in rss.cached.items()),
+            f"the floor: the no-op worker holding {floor.registered:,} {WATCH} workflows, "
+            f"{fmt_bytes(floor.rss)} at most "
+            f"({fmt_bytes(floor.rss / max(floor.registered, 1))} per workflow)",
         ],
     )
     m7d = Metric(
@@ -207,7 +290,10 @@ async def run(
         [
             f"outage grace (a deadline judged more than HEARTBEAT_INTERVAL late extends "
             f"LOST_AFTER by STALL_AFTER; both replicas' logs): {g[0]} times for {g[1]} of the "
-            f"silent workers, {g[2]} times for others"
+            f"silent workers, {g[2]} times for others",
+            f"the floor: {silent} {WATCH} workflows silenced the same way closed "
+            + (f"{spread(floor.closes)} after their last beat" if floor.closes else "not at all")
+            + f" ({len(floor.closes)} of {silent})",
         ],
     )
     return [m7a, m7b, m7c, m7d]
