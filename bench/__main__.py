@@ -157,6 +157,7 @@ async def measure(
     scale: bool = False,
     controller_sandbox: bool = False,
     peer_version: str = RELEASE_LINES[-1],
+    controller_settings: dict[str, str] | None = None,
 ) -> None:
     from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
     from bench import scale as bench_scale
@@ -186,6 +187,7 @@ async def measure(
 
     env = await BenchEnv.start(controller_cache, controller_sandbox, peer_version)
     env.keep = keep
+    env.controller_settings = dict(controller_settings or {})
     try:
         run.progress(f"stack up: dev server {env.address}, Postgres in {env.root}")
         if want("2"):
@@ -283,6 +285,7 @@ async def measure(
         # server (1.3 GiB, busy on its own), which cut registration to 3 workers/s.
         senv = await BenchEnv.start(controller_cache, controller_sandbox, peer_version)
         senv.keep = keep
+        senv.controller_settings = dict(controller_settings or {})
         try:
             run.progress(f"scale stack up: dev server {senv.address}, Postgres in {senv.root}")
             sc = sizes["scale"]
@@ -374,6 +377,14 @@ def main(argv: list[str] | None = None) -> int:
         "(REAPER_WORKFLOW_SANDBOX=true) instead of the default, unsandboxed",
     )
     p.add_argument(
+        "--controller-setting",
+        action="append",
+        default=[],
+        metavar="REAPER_NAME=VALUE",
+        help="diagnostic: give every controller this setting too (repeatable), e.g. "
+        "REAPER_STICKY_TIMEOUT=30s",
+    )
+    p.add_argument(
         "--scale",
         action="store_true",
         help="also run the scale phase at full size (metric 7: 10,000 workers against two "
@@ -391,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         help="write the results into FILE (between its bench markers)",
     )
     args = p.parse_args(argv)
+    pairs = [kv.partition("=") for kv in args.controller_setting]
+    if any(not k.startswith("REAPER_") or not eq for k, eq, _ in pairs):
+        p.error("--controller-setting takes REAPER_NAME=VALUE")
+    extra = {k: v for k, _, v in pairs}
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = " ".join(["python -m bench"] + (argv if argv is not None else sys.argv[1:]))
     info = machine()
@@ -398,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     info["controllers"] = (
         f"REAPER_PEER_VERSION={args.peer_version}, "
         f"REAPER_WORKFLOW_SANDBOX={str(args.controller_sandbox).lower()}"
+        + "".join(f", {k}={v}" for k, v in extra.items())
     )
     run.progress(f"{command}: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     # A SIGTERM stops the bench as Ctrl-C does, so its stack is stopped on the way out (a
@@ -415,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.scale,
                 args.controller_sandbox,
                 args.peer_version,
+                extra,
             )
         )
     except KeyboardInterrupt:

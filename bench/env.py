@@ -165,6 +165,9 @@ class BenchEnv:
     diagnostic: the default is off, as in production)."""
     metrics_port: int = 0
     """The dev server's Prometheus port (``--metrics-port``; bench/server.py reads it)."""
+    controller_settings: dict[str, str] = field(default_factory=dict)
+    """Settings every controller of this run gets besides its own (``--controller-setting``;
+    diagnostic)."""
     keep: bool = False
     """Keep the temporary directory (controller and worker logs) after :meth:`close`."""
 
@@ -258,6 +261,7 @@ class BenchEnv:
                 "REAPER_SDK_METRICS_PORT": str(sdk_port),
                 "REAPER_WORKFLOW_SANDBOX": str(self.controller_sandbox).lower(),
                 "REAPER_PEER_VERSION": self.peer_version,
+                **self.controller_settings,
             },
             log_path=self.root / f"controller-{name}.log",
             argv=argv,
