@@ -203,6 +203,10 @@ async def run(
             t1 = time.monotonic()
             await asyncio.sleep(min(hb, steady / 4))
             victims = sims[:silent]
+            judged = await pool.fetchval(
+                "SELECT count(*) FROM reaper.workers WHERE name = ANY($1) AND state = 'running'",
+                [v.name for v in victims],
+            )
             fleet.kill([v.name for v in victims])
             killed_at = time.monotonic()
             left = steady - (killed_at - t1)
@@ -288,6 +292,8 @@ async def run(
         f"<= {lost + 2:g} s",
         verdict(bool(delays) and len(delays) == silent and max(delays) <= lost + 2),
         [
+            f"{judged} of the {silent} silent workers were running in Postgres when their "
+            "beats stopped (one not yet registered has no deadline to judge)",
             f"outage grace (a deadline judged more than HEARTBEAT_INTERVAL late extends "
             f"LOST_AFTER by STALL_AFTER; both replicas' logs): {g[0]} times for {g[1]} of the "
             f"silent workers, {g[2]} times for others",
