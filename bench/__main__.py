@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         "--scale",
         action="store_true",
         help="also run the scale phase at full size (metric 7: 10,000 workers against two "
-        "replicas, about 20 minutes); --quick always runs a small one",
+        "replicas, 25 to 35 minutes with its floor); --quick always runs a small one",
     )
     p.add_argument(
         "--keep",

@@ -28,7 +28,8 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("9", "steady beat: server cost"),
 )
 """Every metric the bench prints, in order: ``[id] name: ...`` (tests check each is there).
-The 7s run in ``--quick`` and, at full size (about 20 minutes), only with ``--scale``."""
+The 7s run in ``--quick`` and, at full size (25 to 35 minutes with its floor), only with
+``--scale``."""
 SCALE = frozenset({"7a", "7b", "7c", "7d"})
 
 NAMES = dict(METRICS)
