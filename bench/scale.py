@@ -113,44 +113,33 @@ async def watch_floor(
     silenced one's close after its last beat (within ``give_up`` seconds). On a stack of its
     own (dev server and Postgres), closed before reaper's phase: no workflow of the floor's
     is left on reaper's server."""
-    fenv = await BenchEnv.start()
+    env, out = await BenchEnv.start(), Floor()
     try:
-        return await _watch(fenv, workers, hb, lost, give_up, budget, silent, progress)
-    finally:
-        await fenv.close()
-
-
-async def _watch(
-    env: BenchEnv,
-    workers: int,
-    hb: float,
-    lost: float,
-    give_up: float,
-    budget: float,
-    silent: int,
-    progress: Callable[[str], None],
-) -> Floor:
-    noop = env.start_noop_worker(f"bench-scale-floor-{uuid.uuid4().hex[:6]}", lost)
-    await env.wait_noop(noop)
-    fleet = SimFleet(env.client, noop.task_queue, hb, concurrency=128, overlap=True, workflow=WATCH)
-    sims = [SimAgent(f"floor-{i:05d}") for i in range(workers)]
-    out, proc = Floor(), psutil.Process(noop.pid)
-    try:
+        noop = env.start_noop_worker(f"bench-scale-floor-{uuid.uuid4().hex[:6]}", lost)
+        await env.wait_noop(noop)
+        proc = psutil.Process(noop.pid)
+        fleet = SimFleet(
+            env.client, noop.task_queue, hb, concurrency=128, overlap=True, workflow=WATCH
+        )
+        sims = [SimAgent(f"floor-{i:05d}") for i in range(workers)]
         fleet.start()
-        t0 = time.monotonic()
-        fleet.add(sims, spread=hb)
-        while out.registered < workers and time.monotonic() - t0 < budget:
-            await asyncio.sleep(1.0)
-            out.registered = int(await asyncio.to_thread(noop.handled, True))
+        try:
+            t0 = time.monotonic()
+            fleet.add(sims, spread=hb)
+            while out.registered < workers and time.monotonic() - t0 < budget:
+                await asyncio.sleep(1.0)
+                out.registered = int(await asyncio.to_thread(noop.handled, True))
+                out.rss = max(out.rss, proc.memory_info().rss)
+            out.took = time.monotonic() - t0
+            progress(f"  floor: {out.registered} of {workers} BenchWatch after {out.took:.0f} s")
+            await asyncio.sleep(hb)
+            doomed = [s.name for s in sims[:silent]]
+            out.closes = await watch_kill(env.client, fleet, doomed, give_up)
             out.rss = max(out.rss, proc.memory_info().rss)
-        out.took = time.monotonic() - t0
-        progress(f"  floor: {out.registered} of {workers} BenchWatch after {out.took:.0f} s")
-        await asyncio.sleep(hb)
-        out.closes = await watch_kill(env.client, fleet, [s.name for s in sims[:silent]], give_up)
-        out.rss = max(out.rss, proc.memory_info().rss)
+        finally:
+            await fleet.stop()
     finally:
-        await fleet.stop()
-        noop.stop()
+        await env.close()
     return out
 
 
