@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
+from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -87,3 +89,19 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def scrape(port: int, timeout: float = 10.0) -> str:
+    """The Prometheus text of ``http://127.0.0.1:{port}/metrics``. Raises ``OSError``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def sample_sum(text: str, name: str) -> float:
+    """The sum over every label set of the samples named ``name`` in Prometheus text."""
+    return sum(
+        s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name
+    )

@@ -16,7 +16,6 @@ import shutil
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ import psutil
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from bench.common import sample_sum, scrape
 from bench.server import ServerMeter
 from reaper.core.policy.rollout import RELEASE_LINES
 from reaper.kit.controller import Controller as KitController
@@ -122,14 +122,8 @@ class NoopWorker(Child):
     def handled(self, first: bool = False) -> float:
         """Signals its ``BenchNoop`` workflows have handled so far (not counting replays); with
         ``first``, workflows that have handled their first signal (registrations)."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
-        name = "bench_noop_first_signals_total " if first else "bench_noop_signals_total "
-        for line in text.splitlines():
-            if line.startswith(name):
-                return float(line.split()[1])
-        return 0.0
+        name = "bench_noop_first_signals_total" if first else "bench_noop_signals_total"
+        return sample_sum(scrape(self.metrics_port), name)
 
     async def wait_handled(
         self, count: float, timeout: float, poll: float = 0.05, first: bool = False

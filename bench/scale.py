@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from datetime import UTC, datetime
 import asyncpg
 import psutil
 
-from bench.common import fmt_bytes
+from bench.common import fmt_bytes, sample_sum, scrape
 from bench.env import BenchEnv, Controller, timings
 from bench.floor import WATCH, watch_kill
 from bench.history import spread
@@ -71,19 +70,10 @@ class Sampler:
 
 def sticky_cache_size(c: Controller) -> int:
     """Workflows in the replica's SDK cache now (its SDK metrics' gauge); 0 if unread."""
-    url = f"http://127.0.0.1:{c.sdk_metrics_port}/metrics"
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            text = resp.read().decode()
+        return int(sample_sum(scrape(c.sdk_metrics_port, 5), "temporal_sticky_cache_size"))
     except OSError:
         return 0
-    return int(
-        sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("temporal_sticky_cache_size")
-        )
-    )
 
 
 @dataclass

@@ -22,12 +22,13 @@ number of registrations or beats it paid for.
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+from bench.common import scrape
 
 FRONTEND = "frontend"
 INTERNAL = ("history", "matching")
@@ -179,9 +180,7 @@ class ServerMeter:
         return cpu(self.procs)
 
     def _scrape(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return str(resp.read().decode())
+        return scrape(self.metrics_port)
 
     async def read(self) -> Reading:
         """The CPU time and the counters now (the scrape runs in a thread)."""
