@@ -18,6 +18,7 @@ from chaos.settings import (
     LOST_AFTER_S,
     MISSING_TTL_S,
     OBSERVE_EVERY_S,
+    ONE_GRACE,
     OWED_BOUND_S,
     QUIET_BEFORE_S,
     STALL_AFTER_S,
@@ -162,7 +163,7 @@ class Checker:
         for g in gaps:
             until = g.next.sent if g.next is not None else judged_by
             silent = self.ledger.silent_between(worker, g.last.sent, until)
-            w = rules.grace_covers(g, downs, silent, STALL_AFTER_S, TOL)
+            w = rules.grace_covers(g, downs, silent, STALL_AFTER_S, TOL, ONE_GRACE)
             if w is None:
                 return
             covered.append((g, w))

@@ -9,6 +9,7 @@ timings and from the contract's bounds (CONTRACT.md rule 8, §5.1), never from m
 
 from __future__ import annotations
 
+from reaper.core.policy import rollout
 from workflows.common import ACTIVITY_TIMEOUT, RETRY
 
 HEARTBEAT_S = 1.0
@@ -28,6 +29,11 @@ STICKY_S = 2.0
 """``REAPER_STICKY_TIMEOUT``: a SIGKILLed replica's cached workflows move after this long."""
 DISRUPTION_THRESHOLD = 0.55
 """``REAPER_DISRUPTION_THRESHOLD`` (the default)."""
+PEER_VERSION = rollout.DEFAULT_PEER_VERSION
+"""``REAPER_PEER_VERSION`` (the default): the command changes a fleet runs until an operator
+raises it (``reaper.core.policy.rollout``)."""
+ONE_GRACE = rollout.uses(rollout.ONE_GRACE, PEER_VERSION)
+"""Whether consecutive late looks share one outage grace (``one-grace``), for the checker."""
 
 CONTROLLER_ENV = {
     "REAPER_HEARTBEAT_INTERVAL": f"{HEARTBEAT_S:g}s",
@@ -37,6 +43,7 @@ CONTROLLER_ENV = {
     "REAPER_RESYNC_INTERVAL": f"{RESYNC_S:g}s",
     "REAPER_STICKY_TIMEOUT": f"{STICKY_S:g}s",
     "REAPER_DISRUPTION_THRESHOLD": f"{DISRUPTION_THRESHOLD:g}",
+    "REAPER_PEER_VERSION": PEER_VERSION,
     "REAPER_METRICS_PORT": "0",
     "REAPER_SDK_METRICS_PORT": "0",
 }

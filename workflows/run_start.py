@@ -129,6 +129,7 @@ def _decide_rollout(live: LivenessState) -> None:
     live.features.rearm_on_beat = rollout.uses(rollout.REARM_ON_BEAT, peer)
     live.features.wide_staging = rollout.uses(rollout.WIDE_STAGING, peer)
     live.features.drop_superseded_chunks = rollout.uses(rollout.DROP_SUPERSEDED_CHUNKS, peer)
+    live.features.one_grace = rollout.uses(rollout.ONE_GRACE, peer)
 
 
 def start_input(args: Sequence[Any]) -> LivenessInput:

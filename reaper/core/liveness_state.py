@@ -63,6 +63,10 @@ class RunFeatures(BaseModel):
     """``drop-superseded-chunks`` (``reaper.core.policy.rollout``): queued chunks of a report
     that a newer one of its kind supersedes are never staged; decided as ``rearm_on_beat``
     is."""
+    one_grace: bool = False
+    """``one-grace`` (``reaper.core.policy.rollout``): consecutive late looks in one silence
+    share one outage grace (``policy.liveness.outage_grace``); decided as ``rearm_on_beat``
+    is."""
 
 
 class DrainRequest(BaseModel):
@@ -105,6 +109,10 @@ class LivenessState(BaseModel):
     silence (judged or not): reports taken before it never decide (CONTRACT.md rule 4)."""
     grace_until: datetime | None = None
     """No ``lost`` before this time (set after an outage of the controller)."""
+    graced_at: datetime | None = None
+    """The late look (UTC) that granted this silence's outage grace, while no look since was
+    on time: a later late look grants no other (``one-grace``). An accepted beat or a look on
+    time clears it."""
     # -- what Postgres holds --
     recorded_state: WorkerState | None = None
     """The state last written to Postgres; differs from ``state`` while a write is pending."""

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
 import shutil
 import signal
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -56,6 +59,7 @@ from reaper.kit.temporal import DevServer
 from tests.support.controller import ControllerProcess
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
+from tests.support.releases import HISTORIES
 from worker import start_fleet_monitor
 from workflows.common import SEARCH_ATTRIBUTES, fleet_monitor_id, liveness_id
 
@@ -650,3 +654,79 @@ async def test_a_controller_starting_while_temporal_restarts_waits_for_it(own_te
     desc = await client.get_workflow_handle(fleet_monitor_id(settings.task_queue)).describe()
     assert desc.status == WorkflowExecutionStatus.RUNNING
     await client.get_workflow_handle(fleet_monitor_id(settings.task_queue)).terminate("test")
+
+
+STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\+00:00)"
+"""A UTC time as the controller logs it (``str`` of an aware ``datetime``)."""
+
+
+async def logged(
+    controller: ControllerProcess, pattern: str, since: int = 0, timeout: float = 60
+) -> re.Match:
+    """The first line of the controller's log from character ``since`` on that matches
+    ``pattern``, once written."""
+
+    async def search() -> re.Match | None:
+        text = controller.log.read_text(errors="replace")
+        return re.compile(pattern, re.MULTILINE).search(text, since)
+
+    found = await eventually(search, lambda m: m is not None, timeout, f"log: {pattern}")
+    assert found is not None
+    return found
+
+
+async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, tmp_path):
+    """``one-grace`` (REAPER_PEER_VERSION=1.1): a dead worker's silence spans two controller
+    outages. The first late look grants the outage grace; the second, late again with no
+    beat and no look on time between, grants none, and the worker is lost at that look, not
+    STALL_AFTER after it. Queue waits longer than a heartbeat interval made every look late,
+    and a dead worker was never lost (issue 20, bench 7d). The others beat throughout and
+    stay running."""
+    client = dev_env.client
+    ctl = ControllerProcess(
+        client.service_client.config.target_host,
+        db_url,
+        tmp_path / "controller.log",
+        {**FAST, "REAPER_PEER_VERSION": "1.1"},
+    )
+    reports = await register_fleet(pool)
+    dead = list(reports)[-1]
+    ctl.start()
+    try:
+        async with Agents(client, ctl.task_queue, reports) as agents:
+            await running_fleet(pool, client, list(reports))
+            await stop_while_idle(ctl, client, agents, dead)  # its agent never beats again
+            await asyncio.sleep(STALL_AFTER_S + 2 * HEARTBEAT_S)  # the outage itself
+            ctl.start()
+            first = await logged(ctl, rf"{dead}: deadline judged [\d.]+s late: grace until {STAMP}")
+            ctl.kill()
+            grace_end = datetime.fromisoformat(first[1])
+            # Down across the grace's end: it is looked at late again.
+            await asyncio.sleep((grace_end - datetime.now(UTC)).total_seconds() + 2 * HEARTBEAT_S)
+            since = len(ctl.log.read_text(errors="replace"))
+            ctl.start()
+            again = await logged(
+                ctl, rf"{dead}: deadline judged ([\d.]+)s late again: no further grace", since
+            )
+            looked = grace_end + timedelta(seconds=float(again[1]))
+            st = await eventually(
+                lambda: tolerant(lambda: query_state(client, dead), timeout=1.0),
+                lambda s: s is not None and s.state == "lost",
+                timeout=60,
+                what=f"{dead} lost",
+            )
+            assert st is not None and st.state_since is not None
+            notes = f"grace until {grace_end}, looked at {looked}{await evidence(pool, ctl)}"
+            # Lost at the late look itself (the same workflow task): without one-grace it was
+            # stalled STALL_AFTER more, and lost only at an on-time look after that.
+            assert abs((st.state_since - looked).total_seconds()) < 0.01, notes
+            log = ctl.log.read_text(errors="replace")
+            assert len(re.findall(rf"{dead}: deadline judged [\d.]+s late: grace", log)) == 1, notes
+            for w in reports:
+                if w != dead:
+                    assert (await query_state(client, w)).state == "running", notes
+            if os.environ.get("REAPER_RECORD_HISTORIES") == "1":  # tests/workflows/test_replay.py
+                history = await client.get_workflow_handle(liveness_id(dead)).fetch_history()
+                (HISTORIES / "liveness-one-grace.json").write_text(history.to_json())
+    finally:
+        ctl.stop()

@@ -121,6 +121,10 @@ def test_outage_grace_only_when_judged_late(late, expected):
     assert outage_grace(T0, at(late), 10, 30) == expected
 
 
+def test_outage_grace_once_per_disruption():
+    assert outage_grace(T0, at(600), 10, 30, spent=True) is None
+
+
 @pytest.mark.parametrize(
     "last_beat, recorded, expected",
     [

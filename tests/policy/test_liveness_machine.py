@@ -18,6 +18,7 @@ from reaper.core.policy.liveness_machine import (
     ForceReap,
     Retire,
     Step,
+    deadline_passed,
     decide,
     due_steps,
     next_deadline,
@@ -191,6 +192,52 @@ def test_a_deadline_judged_late_grants_the_outage_grace():
     assert live.state is WorkerState.stalled and live.grace_until == at(360 + 30)
     assert out.notes and "grace until" in out.notes[0]
     assert next_deadline(live) == at(390)
+
+
+def one_grace(**kw: Any) -> LivenessState:
+    """A value whose run takes ``one-grace`` (peer version 1.1)."""
+    live = value(**kw)
+    live.features.one_grace = True
+    return live
+
+
+def test_consecutive_late_looks_share_one_grace():
+    """Queue waits longer than a heartbeat interval made every look late; each granted a new
+    grace and a dead worker was never lost (issue 20, bench 7d). One per disruption now."""
+    live = one_grace()
+    decide(live, at(30 + 60), Clock())  # the stall look, 60 s late: grace until 120
+    assert live.state is WorkerState.stalled and live.grace_until == at(120)
+    assert next_deadline(live) == at(300)
+    out = decide(live, at(300 + 60), Clock()).outcome  # late again, nothing on time between
+    assert live.state is WorkerState.lost and live.reap_request is not None
+    assert out.notes and "no further grace" in out.notes[0]
+
+
+def test_runs_without_one_grace_grant_one_at_every_late_look():
+    """What runs recorded before ``one-grace`` (peer version 1.0) decide: replay unchanged."""
+    live = value()
+    decide(live, at(90), Clock())
+    decide(live, at(360), Clock())
+    assert live.state is WorkerState.stalled and live.grace_until == at(390)
+
+
+def test_a_look_on_time_between_makes_the_next_late_look_a_new_disruption():
+    live = one_grace()
+    decide(live, at(90), Clock())
+    assert live.graced_at == at(90)
+    assert deadline_passed(live, at(200), at(200.25)) == []  # a retry timer, on time
+    assert live.graced_at is None
+    decide(live, at(400), Clock())  # the lost deadline judged 100 s late: a new outage
+    assert live.state is WorkerState.stalled and live.grace_until == at(430)
+
+
+def test_a_beat_ends_the_silence_and_its_grace():
+    live = one_grace()
+    decide(live, at(90), Clock())
+    assert decide(live, at(100), Authenticated(beat(6))).outcome.verdict == "returned"
+    assert live.graced_at is None and live.grace_until is None
+    decide(live, at(130 + 60), Clock())  # the next silence's stall look, late: its own grace
+    assert live.state is WorkerState.stalled and live.grace_until == at(190 + 30)
 
 
 @pytest.mark.parametrize(

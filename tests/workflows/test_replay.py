@@ -105,6 +105,10 @@ async def test_record_peer_1_1_history(fleet, monkeypatch):
 # liveness-peer-1.1: a life recorded at REAPER_PEER_VERSION=1.1 (one-task-start,
 # rearm-on-beat, wide-staging and drop-superseded-chunks, reaper/core/policy/rollout.py),
 # commit after 362d144.
+# liveness-one-grace: a dead worker's silence across two controller outages at
+# REAPER_PEER_VERSION=1.1: the first late look grants the outage grace, the second declares
+# it lost (``one-grace``); recorded by tests/e2e/test_outage.py
+# (test_late_looks_in_one_silence_share_one_grace, REAPER_RECORD_HISTORIES=1).
 # release-<version>-*: what each release's controller wrote in the upgrade test
 # (tests/e2e/test_upgrade.py records them with REAPER_RECORD_HISTORIES=1, from the release
 # exported from git): every one of every release replays on the current code.
@@ -117,6 +121,7 @@ RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
         "liveness",
         "liveness-lean-start",
         "liveness-peer-1.1",
+        "liveness-one-grace",
         "collector",
         "collector-kinds-apart",
         "reap",

@@ -77,16 +77,30 @@ def rearm_due(
 
 
 def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> list[str]:
-    """A deadline passed: grant the outage grace if it was judged late (rule 8); a reap or
+    """A deadline passed: grant the outage grace if it was judged late (rule 8), once per
+    disruption in runs that take ``one-grace`` (``policy.liveness.outage_grace``); a reap or
     retirement retry whose time came is due again. Returns lines for the log."""
     t = timings_of(live)
     notes: list[str] = []
-    grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after)
-    if grace is not None and live.state is not WorkerState.lost:
-        # The controller or Temporal was down: the worker's silence is no evidence.
-        live.grace_until = max(grace, live.grace_until or grace)
-        late = (now - deadline).total_seconds()
-        notes.append(f"deadline judged {late}s late: grace until {live.grace_until}")
+    late = policy.judged_late(deadline, now, t.heartbeat_interval)
+    if not late:
+        live.graced_at = None  # the controller watched: a later outage is a new one
+    elif live.graced_at == now:
+        pass  # this look granted it already (the timer fired, then the clock is judged)
+    elif live.state is not WorkerState.lost:
+        spent = live.features.one_grace and live.graced_at is not None
+        grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after, spent)
+        lateness = (now - deadline).total_seconds()
+        if grace is not None:
+            # The controller or Temporal was down: the worker's silence is no evidence.
+            live.grace_until = max(grace, live.grace_until or grace)
+            live.graced_at = now
+            notes.append(f"deadline judged {lateness}s late: grace until {live.grace_until}")
+        else:
+            notes.append(
+                f"deadline judged {lateness}s late again: no further grace (one per"
+                f" disruption; the last ended {live.grace_until})"
+            )
     if live.reap_retry_at is not None and now >= live.reap_retry_at:
         live.reap_retry_at = None
     if live.retire_retry_at is not None and now >= live.retire_retry_at:

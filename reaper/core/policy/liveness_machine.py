@@ -147,6 +147,7 @@ def accept_beat(live: LivenessState, beat: Heartbeat, now: datetime) -> Outcome:
     if live.last_heartbeat_at is None:
         live.state_since = now  # running since its first beat
     live.last_seq, live.last_heartbeat_at = beat.seq, now
+    live.graced_at = None  # the silence ended: a later outage gets a grace of its own
     if not returned:
         return Outcome("accepted")
     # Back: running again, and only reports from now on decide (rule 4).

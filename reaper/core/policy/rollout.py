@@ -41,6 +41,13 @@ dropped unstaged and the newest report restarts every mark of its kind
 (``policy.collection.superseded_chunks``): a backlog of large reports no longer stages
 every chunk into history a second time (breaker finding, 2026-12-04)."""
 
+ONE_GRACE = "one-grace"
+"""One outage grace per disruption: a late look in a silence whose grace was already granted,
+with no look on time since, grants no other (``policy.liveness.outage_grace``), so a
+controller whose tasks wait in the queue longer than a heartbeat interval no longer
+postpones a dead worker's loss for as long as the waits last (issue 20, bench 7d). A run
+that takes it declares ``lost`` where an older release would arm another grace timer."""
+
 ONE_TASK_START = "one-task-start"
 """Register a new worker in the first workflow task of its liveness: the start-up read
 (``begin_liveness``) as a local activity, so the ``running`` row is written in the same task
@@ -63,6 +70,7 @@ COMMAND_CHANGES: dict[str, str] = {
     WIDE_STAGING: "1.1",
     DROP_SUPERSEDED_CHUNKS: "1.1",
     ONE_TASK_START: "1.1",
+    ONE_GRACE: "1.1",
 }
 """Each change of a workflow's commands and the line that introduced it."""
 
