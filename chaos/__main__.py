@@ -1,4 +1,5 @@
-"""``python -m chaos --seed S --rounds R [--keep]``: a chaos campaign (see ``chaos``).
+"""``python -m chaos --seed S --rounds R [--keep] [--peer-version 1.1]``: a chaos campaign
+(see ``chaos``).
 
 The last line is ``chaos: R rounds, K kills, D destroys, P reaps, V violations``; the exit
 status is 1 when V > 0, 2 when the campaign itself could not run, 0 otherwise.
@@ -14,6 +15,8 @@ import sys
 import traceback
 
 from chaos.campaign import Campaign
+from chaos.settings import PEER_VERSION
+from reaper.core.policy import rollout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +28,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the temporary directory (logs, data); kept anyway on a violation",
     )
+    parser.add_argument(
+        "--peer-version",
+        choices=rollout.RELEASE_LINES,
+        default=PEER_VERSION,
+        help=f"the controllers' REAPER_PEER_VERSION: which workflow command changes they take"
+        f" (default {PEER_VERSION}, as a fleet with nothing set)",
+    )
     args = parser.parse_args(argv)
-    campaign = Campaign(args.seed, args.rounds, keep=args.keep)
+    campaign = Campaign(args.seed, args.rounds, keep=args.keep, peer_version=args.peer_version)
 
     async def run() -> int:
         task = asyncio.current_task()

@@ -35,10 +35,12 @@ from chaos.settings import (
     AGENTS_AT_START,
     CONTROLLER_ENV,
     OBSERVE_EVERY_S,
+    PEER_VERSION,
     ROUND_S,
     SETTLE_BOUND_S,
 )
 from chaos.stack import Stack
+from reaper.core.policy import rollout
 
 SETUP_TIMEOUT_S = 120.0
 """How long the stack and the first agents may take to come up (two busy cores)."""
@@ -47,15 +49,19 @@ SETUP_TIMEOUT_S = 120.0
 class Campaign:
     """A campaign of ``rounds`` rounds drawn from ``seed``."""
 
-    def __init__(self, seed: int, rounds: int, keep: bool = False) -> None:
+    def __init__(
+        self, seed: int, rounds: int, keep: bool = False, peer_version: str = PEER_VERSION
+    ) -> None:
         self.seed, self.rounds, self.keep = seed, rounds, keep
+        self.peer_version = peer_version
         self.rng = random.Random(seed)
         self.t0 = time.monotonic()
         self.root = Path(tempfile.mkdtemp(prefix=f"reaper-chaos-{seed}-"))
         self.ledger = Ledger()
         self.obs = Observations()
-        self.checker = Checker(self.ledger, self.obs, self.say)
-        self.stack = Stack(self.root, CONTROLLER_ENV)
+        one_grace = rollout.uses(rollout.ONE_GRACE, peer_version)
+        self.checker = Checker(self.ledger, self.obs, self.say, one_grace)
+        self.stack = Stack(self.root, {**CONTROLLER_ENV, "REAPER_PEER_VERSION": peer_version})
         self.faults = Faults(self.stack, self.ledger, self.say)
         self.observing = True
         self.completed = False
@@ -66,7 +72,10 @@ class Campaign:
 
     async def run(self) -> int:
         """The whole campaign; returns the exit status (1 when a rule was broken)."""
-        self.say(f"chaos seed {self.seed}, {self.rounds} rounds, stack in {self.root}")
+        self.say(
+            f"chaos seed {self.seed}, {self.rounds} rounds, peer version {self.peer_version},"
+            f" stack in {self.root}"
+        )
         logging.getLogger("asyncpg").setLevel(logging.CRITICAL)  # reconnects, expected here
         try:
             await self.stack.start()

@@ -18,7 +18,6 @@ from chaos.settings import (
     LOST_AFTER_S,
     MISSING_TTL_S,
     OBSERVE_EVERY_S,
-    ONE_GRACE,
     OWED_BOUND_S,
     QUIET_BEFORE_S,
     STALL_AFTER_S,
@@ -32,8 +31,16 @@ TOL = CLOCK_TOL_S
 class Checker:
     """Collects violations as the campaign goes; ``say`` prints each once."""
 
-    def __init__(self, ledger: Ledger, obs: Observations, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        obs: Observations,
+        say: Callable[[str], None],
+        one_grace: bool = False,
+    ) -> None:
         self.ledger, self.obs, self.say = ledger, obs, say
+        self.one_grace = one_grace
+        """The controllers take ``one-grace`` (their peer version): one grace per silence."""
         self.violations: dict[tuple[str, str, int], Violation] = {}
         self.checked: set[int] = set()
         self.short_since: dict[str, float] = {}
@@ -163,7 +170,7 @@ class Checker:
         for g in gaps:
             until = g.next.sent if g.next is not None else judged_by
             silent = self.ledger.silent_between(worker, g.last.sent, until)
-            w = rules.grace_covers(g, downs, silent, STALL_AFTER_S, TOL, ONE_GRACE)
+            w = rules.grace_covers(g, downs, silent, STALL_AFTER_S, TOL, self.one_grace)
             if w is None:
                 return
             covered.append((g, w))

@@ -30,10 +30,8 @@ STICKY_S = 2.0
 DISRUPTION_THRESHOLD = 0.55
 """``REAPER_DISRUPTION_THRESHOLD`` (the default)."""
 PEER_VERSION = rollout.DEFAULT_PEER_VERSION
-"""``REAPER_PEER_VERSION`` (the default): the command changes a fleet runs until an operator
-raises it (``reaper.core.policy.rollout``)."""
-ONE_GRACE = rollout.uses(rollout.ONE_GRACE, PEER_VERSION)
-"""Whether consecutive late looks share one outage grace (``one-grace``), for the checker."""
+"""``REAPER_PEER_VERSION`` unless ``--peer-version`` says otherwise: the default, the command
+changes a fleet runs until an operator raises it (``reaper.core.policy.rollout``)."""
 
 CONTROLLER_ENV = {
     "REAPER_HEARTBEAT_INTERVAL": f"{HEARTBEAT_S:g}s",
@@ -43,11 +41,10 @@ CONTROLLER_ENV = {
     "REAPER_RESYNC_INTERVAL": f"{RESYNC_S:g}s",
     "REAPER_STICKY_TIMEOUT": f"{STICKY_S:g}s",
     "REAPER_DISRUPTION_THRESHOLD": f"{DISRUPTION_THRESHOLD:g}",
-    "REAPER_PEER_VERSION": PEER_VERSION,
     "REAPER_METRICS_PORT": "0",
     "REAPER_SDK_METRICS_PORT": "0",
 }
-"""The environment of every controller replica (``REAPER_*``)."""
+"""The environment of every controller replica (``REAPER_*``), with ``REAPER_PEER_VERSION``."""
 
 CLOCK_TOL_S = 0.5
 """Slack between timestamps of the campaign (``time.time()``), the Temporal server
