@@ -32,12 +32,21 @@ LAST = re.compile(
 )
 
 
-@pytest.mark.smoke
 @pytest.mark.e2e
-def test_a_short_chaos_campaign_breaks_no_rule() -> None:
+@pytest.mark.parametrize(
+    "peer_version",
+    [
+        pytest.param("1.0", marks=pytest.mark.smoke, id="peer-1.0"),
+        # The command changes an upgraded fleet takes (rollout.py), which no campaign ran
+        # before; in the E2E_FIRST process (Makefile), beside the smoke one.
+        pytest.param("1.1", id="peer-1.1"),
+    ],
+)
+def test_a_short_chaos_campaign_breaks_no_rule(peer_version: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    argv = ["--seed", str(SEED), "--rounds", str(ROUNDS), "--peer-version", peer_version]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chaos", "--seed", str(SEED), "--rounds", str(ROUNDS)],
+        [sys.executable, "-m", "chaos", *argv],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
