@@ -113,6 +113,9 @@ class LivenessState(BaseModel):
     """The late look (UTC) that granted this silence's outage grace, while no look since was
     on time: a later late look grants no other (``one-grace``). An accepted beat or a look on
     time clears it."""
+    looked_late_at: datetime | None = None
+    """The last late look judged (UTC): a task that asks again (the timer fired, then the
+    clock is judged) judges it once."""
     # -- what Postgres holds --
     recorded_state: WorkerState | None = None
     """The state last written to Postgres; differs from ``state`` while a write is pending."""

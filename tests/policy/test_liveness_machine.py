@@ -231,6 +231,27 @@ def test_a_look_on_time_between_makes_the_next_late_look_a_new_disruption():
     assert live.state is WorkerState.stalled and live.grace_until == at(430)
 
 
+def test_a_timer_a_beat_moved_on_neither_grants_nor_spends_the_grace():
+    """A timer armed before a beat fires in the beat's own task, late (the SDK applies the
+    beat first): it says nothing about a silence that has not begun. Were it to spend the
+    grace, an outage right after would reap a live worker (review of one-grace)."""
+    live = one_grace()
+    decide(live, at(45), Authenticated(beat(6)))  # beat at 45, in a task 15 s late
+    assert deadline_passed(live, at(30), at(45)) == []  # the stall timer armed for 30
+    assert live.graced_at is None and live.grace_until is None
+    # Temporal down from 46 to 446: the timer for 75 fires late, a first look: its grace.
+    assert "grace until" in deadline_passed(live, at(75), at(446))[0]
+    decide(live, at(446), Clock())
+    assert live.state is WorkerState.stalled and live.grace_until == at(476)
+
+
+def test_a_late_look_is_judged_once_however_often_its_task_asks():
+    live = one_grace()
+    decide(live, at(90), Clock())
+    assert len(deadline_passed(live, at(300), at(360))) == 1  # the timer: no further grace
+    assert deadline_passed(live, at(300), at(360)) == []  # the clock, in the same task
+
+
 def test_a_beat_ends_the_silence_and_its_grace():
     live = one_grace()
     decide(live, at(90), Clock())

@@ -135,8 +135,8 @@ def outage_grace(
     the first gave the worker ``stall_after`` from a moment the server was up (a workflow
     task ran) to get a beat through. Without this, a controller whose tasks wait in the
     queue longer than a heartbeat interval judged every deadline late and postponed a dead
-    worker's loss for as long as the waits lasted (issue 20, bench 7d at 10,000 workers: 5
-    silent workers not lost in 600 s, 6 graces for 5). A fleet-wide outage that outlasts
+    worker's loss for as long as the waits lasted (issue 20, bench 7d at 10,000 workers:
+    looks 100-280 s late). A fleet-wide outage that outlasts
     the grace is the disruption guard's (rule 6), as in Kubernetes' node lifecycle
     controller, which stops evicting when a whole zone goes NotReady.
     """

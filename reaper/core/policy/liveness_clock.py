@@ -79,15 +79,22 @@ def rearm_due(
 def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> list[str]:
     """A deadline passed: grant the outage grace if it was judged late (rule 8), once per
     disruption in runs that take ``one-grace`` (``policy.liveness.outage_grace``); a reap or
-    retirement retry whose time came is due again. Returns lines for the log."""
+    retirement retry whose time came is due again. Returns lines for the log.
+
+    In ``one-grace`` runs a late deadline that no longer stands, because a beat in the same
+    workflow task moved the worker's deadline later, says nothing about its silence: it
+    neither grants nor spends a grace (a timer armed before the beat fires in the same task:
+    the SDK applies the beat first). Each look is judged once, however many times the task
+    asks (the timer fired, then the clock is judged)."""
     t = timings_of(live)
     notes: list[str] = []
     late = policy.judged_late(deadline, now, t.heartbeat_interval)
     if not late:
         live.graced_at = None  # the controller watched: a later outage is a new one
-    elif live.graced_at == now:
-        pass  # this look granted it already (the timer fired, then the clock is judged)
-    elif live.state is not WorkerState.lost:
+    elif live.features.one_grace and _moved_on(live, deadline):
+        pass
+    elif live.looked_late_at != now and live.state is not WorkerState.lost:
+        live.looked_late_at = now
         spent = live.features.one_grace and live.graced_at is not None
         grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after, spent)
         lateness = (now - deadline).total_seconds()
@@ -106,6 +113,18 @@ def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> l
     if live.retire_retry_at is not None and now >= live.retire_retry_at:
         live.retire_retry_at = None
     return notes
+
+
+def _moved_on(live: LivenessState, deadline: datetime) -> bool:
+    """Whether the worker's own deadline (stall, lost, grace end) now lies after
+    ``deadline``: a beat moved it since that deadline was armed."""
+    if live.last_heartbeat_at is None:
+        return False
+    t = timings_of(live)
+    standing = policy.next_deadline(
+        live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
+    )
+    return standing is not None and standing > deadline
 
 
 def judge(live: LivenessState, now: datetime) -> list[str]:
