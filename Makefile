@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
-# Lint and format (ruff), types (mypy, product code), import layers (import-linter).
+# Lint and format (ruff), types (mypy: the product, chaos and bench), import layers (import-linter).
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

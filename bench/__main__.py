@@ -18,14 +18,18 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psutil
 
 from bench.env import timings
 from bench.result import METRICS, SCALE, Metric, markdown_table, table
 from reaper.core.policy.rollout import RELEASE_LINES
+
+T = TypeVar("T")
 
 # The fleet (metric 4) beats at the contract's default interval, 10 s: 1,000 workers are then
 # 100 beats/s, the load they would put on a controller in production; a 2 s interval would be
@@ -168,7 +172,7 @@ async def measure(
     def want(*keys: str) -> bool:
         return only is None or any(k in only for k in keys)
 
-    async def phase(keys: tuple[str, ...], coro) -> object | None:
+    async def phase(keys: tuple[str, ...], coro: Coroutine[Any, Any, T]) -> T | None:
         """Run one measurement; an error is recorded and the others still run."""
         if not want(*keys):
             coro.close()
@@ -180,7 +184,7 @@ async def measure(
                 run.failed(key, exc)
             return None
 
-    def record(result: object | None) -> None:
+    def record(result: Metric | list[Metric] | None) -> None:
         for m in result if isinstance(result, list) else [result]:
             if m is not None:
                 run.record(m)

@@ -65,7 +65,7 @@ class StatementLog:
     async def init(self, conn: asyncpg.Connection) -> None:
         conn.add_query_logger(self._log)
 
-    def _log(self, rec) -> None:  # asyncpg LoggedQuery
+    def _log(self, rec: asyncpg.connection.LoggedQuery) -> None:
         if self.on:
             longest = max((len(a) for a in rec.args or () if isinstance(a, list)), default=0)
             self.records.append((" ".join(rec.query.split()), rec.elapsed, longest))

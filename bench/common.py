@@ -17,6 +17,9 @@ from workflows.common import collector_id
 
 T = TypeVar("T")
 
+Progress = Callable[[str], None]
+"""How a phase reports progress: one line of text (``Run.progress``)."""
+
 
 async def gather_limited(coros: Iterable[Awaitable[T]], limit: int = 32) -> list[T]:
     """Await all of ``coros`` with at most ``limit`` running at once; results in order."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from bench import anatomy
-from bench.common import fmt_bytes, gather_limited, wait_until
+from bench.common import Progress, fmt_bytes, gather_limited, wait_until
 from bench.env import BenchEnv, Controller, NoopWorker
 from bench.result import Metric, verdict
 from bench.server import ServerCost, ServerMeter, cost_between
@@ -159,7 +159,7 @@ async def _steady(
 
 
 async def run(
-    env: BenchEnv, timings: dict[str, str], workers: int, sample: int, progress
+    env: BenchEnv, timings: dict[str, str], workers: int, sample: int, progress: Progress
 ) -> list[Metric]:
     """Metrics 8a and 9: the no-op side first, then a controller ``cost`` started with
     ``timings`` (``COST_TIMINGS`` or a scaling of them) for reaper's side."""

@@ -16,8 +16,10 @@ import time
 import uuid
 
 import asyncpg
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
+from bench.anatomy import secs
 from bench.bigreport import container_ids
 from bench.common import query_state, wait_settled, wait_until
 from bench.env import Controller
@@ -25,7 +27,7 @@ from bench.result import Metric, verdict
 from reaper.core.protocol import payload_bytes
 from reaper.kit.agents import send_heartbeat
 
-KINDS_EMPTY = {"volumes": [], "tasks": []}
+KINDS_EMPTY: dict[str, list[str]] = {"volumes": [], "tasks": []}
 
 
 async def run(client: Client, ctl: Controller, size: int) -> Metric:
@@ -120,18 +122,14 @@ async def run(client: Client, ctl: Controller, size: int) -> Metric:
         await pool.close()
 
 
-async def _all_runs(client: Client, workflow_id: str) -> list:
+async def _all_runs(client: Client, workflow_id: str) -> list[HistoryEvent]:
     """Events of every run of ``workflow_id`` (a big report can trigger continue-as-new)."""
     runs = [w async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-    events = []
+    events: list[HistoryEvent] = []
     for w in sorted(runs, key=lambda w: w.start_time):
         h = await client.get_workflow_handle(workflow_id, run_id=w.run_id).fetch_history()
         events.extend(h.events)
     return events
-
-
-def _t(ev) -> float:
-    return ev.event_time.seconds + ev.event_time.nanos / 1e9
 
 
 async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str]:
@@ -147,10 +145,10 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
     first_signal = None
     in_flight = peak = 0
     for ev in live:
-        if _t(ev) < wall0:
+        if secs(ev) < wall0:
             continue
         if ev.event_type == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and first_signal is None:
-            first_signal = _t(ev)
+            first_signal = secs(ev)
         if ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
             if names[ev.event_id] == "stage_chunk":
@@ -159,17 +157,17 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
         if ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             a = ev.activity_task_completed_event_attributes
             if names.get(a.scheduled_event_id) == "stage_chunk":
-                stage.append((_t(ev), 0.0))
+                stage.append((secs(ev), 0.0))
                 in_flight -= 1
     rec_sched = rec_start = rec_done = None
     cnames: dict[int, str] = {}
     for ev in coll:
-        if _t(ev) < wall0:
+        if secs(ev) < wall0:
             continue
         if ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             cnames[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
             if cnames[ev.event_id] == "reconcile_report" and rec_sched is None:
-                rec_sched = _t(ev)
+                rec_sched = secs(ev)
                 sched_id = ev.event_id
         if (
             ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_STARTED
@@ -177,15 +175,21 @@ async def _timeline(client: Client, worker: str, wall0: float) -> tuple[str, str
             and rec_start is None
             and ev.activity_task_started_event_attributes.scheduled_event_id == sched_id
         ):
-            rec_start = _t(ev)
+            rec_start = secs(ev)
         if (
             ev.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
             and rec_start is not None
             and rec_done is None
             and ev.activity_task_completed_event_attributes.scheduled_event_id == sched_id
         ):
-            rec_done = _t(ev)
-    if not stage or first_signal is None or rec_done is None:
+            rec_done = secs(ev)
+    if (
+        not stage
+        or first_signal is None
+        or rec_sched is None
+        or rec_start is None
+        or rec_done is None
+    ):
         return "timeline: not found in the histories", ""
     last_stage = stage[-1][0]
     each = (last_stage - first_signal) / len(stage) * 1000

@@ -35,7 +35,7 @@ import uuid
 
 import asyncpg
 
-from bench.common import wait_until
+from bench.common import Progress, wait_until
 from bench.env import BenchEnv, Controller
 from bench.floor import cpu_hog, watch_floors, watch_text, worst_watch
 from bench.history import quantile, spread
@@ -50,7 +50,7 @@ async def ramp(
     pool: asyncpg.Pool,
     workers: list[SimAgent],
     batch: int,
-    progress,
+    progress: Progress,
     label: str,
     timeout: float = 900,
 ) -> float:
@@ -84,9 +84,9 @@ async def run(
     victims: int,
     lost_after: float,
     interval: float,
-    progress,
+    progress: Progress,
     hog: bool = True,
-) -> tuple[list[Metric], dict]:
+) -> tuple[list[Metric], dict[str, str]]:
     """4a, 4b and 4c; with ``hog``, 4d and 4e too (a second kill, a CPU hog beside)."""
     client = env.client
     noop = env.start_noop_worker(f"bench-sleep-{uuid.uuid4().hex[:6]}", lost_after)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 from temporalio.client import Client
 
+from bench.common import Progress
 from bench.env import BenchEnv, NoopWorker
 from bench.history import spread
 from bench.loss import Loss, closes
@@ -60,7 +61,9 @@ async def watch_fleet(
     return fleet
 
 
-async def watch_kill(client: Client, fleet: SimFleet, doomed: list[str], give_up: float):
+async def watch_kill(
+    client: Client, fleet: SimFleet, doomed: list[str], give_up: float
+) -> list[float]:
     """Stop ``doomed``'s beats at once; each one's close after its last beat (seconds), for
     those closed within ``give_up`` seconds."""
     fleet.kill(doomed)
@@ -78,7 +81,7 @@ async def watch_floors(
     interval: float,
     give_up: float,
     hog: bool,
-    progress,
+    progress: Progress,
 ) -> list[list[float]]:
     """A ``BenchWatch`` fleet of ``workers`` beating every ``interval`` seconds; ``victims``
     killed at once, then (with ``hog``) as many others with the CPU hog beside after one

@@ -18,6 +18,7 @@ import statistics
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from bench.anatomy import secs
 from bench.common import fmt_bytes, gather_limited
 from bench.result import Metric, verdict
 from workflows.common import liveness_id
@@ -114,10 +115,6 @@ async def longest(client: Client) -> Metric:
     )
 
 
-def _secs(ev) -> float:
-    return ev.event_time.seconds + ev.event_time.nanos / 1e9
-
-
 async def task_latencies(
     client: Client, workflow_ids: list[str], since: float, until: float = float("inf")
 ) -> tuple[list[float], list[float]]:
@@ -134,17 +131,17 @@ async def task_latencies(
         started: dict[int, float] = {}
         for ev in history.events:
             if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-                scheduled[ev.event_id] = _secs(ev)
+                scheduled[ev.event_id] = secs(ev)
             elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
                 sid = ev.workflow_task_started_event_attributes.scheduled_event_id
-                started[ev.event_id] = _secs(ev)
-                if since <= _secs(ev) < until and sid in scheduled:
-                    waits.append(_secs(ev) - scheduled[sid])
+                started[ev.event_id] = secs(ev)
+                if since <= secs(ev) < until and sid in scheduled:
+                    waits.append(secs(ev) - scheduled[sid])
             elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
                 a = ev.workflow_task_completed_event_attributes
                 s = started.get(a.started_event_id)
                 if s is not None and since <= s < until:
-                    runs.append(_secs(ev) - s)
+                    runs.append(secs(ev) - s)
 
     await gather_limited((one(w) for w in workflow_ids), 8)
     return waits, runs
@@ -197,7 +194,7 @@ async def timeline(client: Client, workflow_id: str, since: float, origin: float
     for ev in history.events:
         if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
-        t = _secs(ev)
+        t = secs(ev)
         if t < since or ev.event_type not in _SHORT:
             continue
         what = _SHORT[ev.event_type]
@@ -231,11 +228,11 @@ async def timer_lateness(client: Client, workflow_ids: list[str], since: float) 
         for ev in history.events:
             if ev.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
                 d = ev.timer_started_event_attributes.start_to_fire_timeout
-                due[ev.event_id] = _secs(ev) + d.seconds + d.nanos / 1e9
-            elif ev.event_type == EventType.EVENT_TYPE_TIMER_FIRED and _secs(ev) >= since:
+                due[ev.event_id] = secs(ev) + d.seconds + d.nanos / 1e9
+            elif ev.event_type == EventType.EVENT_TYPE_TIMER_FIRED and secs(ev) >= since:
                 sid = ev.timer_fired_event_attributes.started_event_id
                 if sid in due:
-                    late.append(_secs(ev) - due[sid])
+                    late.append(secs(ev) - due[sid])
 
     await gather_limited((one(w) for w in workflow_ids), 8)
     return late

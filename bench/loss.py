@@ -48,7 +48,7 @@ def sdk_buckets(ctl: Controller) -> Counter[float]:
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == f"{SDK_WAIT}_bucket":
-                out[float(s.labels["le"])] += s.value
+                out[float(s.labels["le"])] += int(s.value)
     return out
 
 
@@ -95,7 +95,9 @@ class Loss:
     graces: tuple[int, int, int] = (0, 0, 0)
 
 
-async def _sleepers(client: Client, noop: NoopWorker, n: int, seconds: float, tag: str):
+async def _sleepers(
+    client: Client, noop: NoopWorker, n: int, seconds: float, tag: str
+) -> list[tuple[str, float]]:
     async def one(i: int) -> tuple[str, float]:
         wid = f"sleeper-{tag}-{i}"
         await client.start_workflow("BenchSleeper", seconds, id=wid, task_queue=noop.task_queue)
@@ -153,7 +155,7 @@ async def kill_and_judge(
     loss.sdk_p99 = bucket_quantile(s0, s1, 0.99)
     loss.sdk_max = bucket_quantile(s0, s1, 1.0)[0]
     await asyncio.sleep(0.5)
-    last = {n: fleet.agents[n].last_sent for n in doomed}
+    last = {n: t for n in doomed if (t := fleet.agents[n].last_sent) is not None}
     lost_rows = await pool.fetch(
         "SELECT worker, min(extract(epoch FROM at)) AS at FROM reaper.events"
         " WHERE action = 'state' AND reason LIKE '%-> lost%' AND worker = ANY($1::text[])"
@@ -222,6 +224,8 @@ def graces(victims: set[str], *ctls: Controller) -> tuple[int, int, int]:
     judged Ns late: grace until T"): (to victims, victims concerned, to others)."""
     to_victims, others, who = 0, 0, set()
     for ctl in ctls:
+        if ctl.log_path is None:
+            continue
         try:
             text = ctl.log_path.read_text(errors="replace")
         except OSError:

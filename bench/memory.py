@@ -22,10 +22,11 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from bench.common import fmt_bytes
+from bench.common import Progress, fmt_bytes
 from bench.env import BenchEnv, Controller, NoopWorker
 from bench.result import Metric, verdict
 from bench.server import cpu as cpu_of
@@ -47,11 +48,11 @@ async def sample_rss(ctl: Controller, seconds: float) -> int:
 
 async def grow(
     fleet: SimFleet,
-    registered,
+    registered: Callable[[], Awaitable[int]],
     sims: list[SimAgent],
     want: int,
     deadline: float,
-    progress,
+    progress: Progress,
     label: str,
 ) -> int:
     """Add ``sims`` to the beating fleet at once and wait until ``registered()`` reaches
@@ -71,7 +72,7 @@ async def grow(
 
 
 async def noop_rates(
-    env: BenchEnv, sizes: list[int], interval: float, budget: float, progress
+    env: BenchEnv, sizes: list[int], interval: float, budget: float, progress: Progress
 ) -> dict[int, tuple[int, float]]:
     """The no-op fleet grown like reaper's: ``{size: (registered, seconds)}``."""
     noop: NoopWorker = env.start_noop_worker(f"bench-reg-noop-{uuid.uuid4().hex[:6]}")
@@ -106,7 +107,7 @@ async def run(
     sizes: list[int],
     interval: float,
     budget: float,
-    progress,
+    progress: Progress,
 ) -> list[Metric]:
     """``budget``: seconds allowed for growing from the first size to the last."""
     client = env.client
@@ -186,7 +187,20 @@ def _rates(
     return Metric("8b", value, f"{last:,} within {budget:g} s", verdict(ok), details)
 
 
-def _memory(sizes, idle, rss, reached, took, cpu, server, load, cpu0, server0, budget, fleet):
+def _memory(
+    sizes: list[int],
+    idle: int,
+    rss: dict[int, int],
+    reached: dict[int, int],
+    took: dict[int, float],
+    cpu: dict[int, float],
+    server: dict[int, float],
+    load: dict[int, float],
+    cpu0: float,
+    server0: float,
+    budget: float,
+    fleet: SimFleet,
+) -> Metric:
     a = sizes[0]
     last = max(rss)
     # Per window (idle -> first size -> last size): CPU seconds per worker added, cores.

@@ -83,9 +83,13 @@ class BenchWatch(BenchNoop):
     async def run(self, _: Any) -> None:
         while True:
             seen = self.count
+
+            def beat_came(seen: int = seen) -> bool:
+                return self.count != seen
+
             try:
                 await workflow.wait_condition(
-                    lambda seen=seen: self.count != seen,
+                    beat_came,
                     timeout=timedelta(seconds=WATCH_SECONDS),
                 )
             except TimeoutError:

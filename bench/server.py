@@ -193,15 +193,15 @@ class ServerMeter:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
                 if s.name in ("action", "action_total"):
-                    actions[s.labels.get("action_type", "")] += s.value
+                    actions[s.labels.get("action_type", "")] += int(s.value)
                     continue
                 op = s.labels.get("operation", "")
                 if op in _HOUSEKEEPING:
                     continue
                 if s.name == "service_requests_total":
-                    rpcs[(s.labels.get("service_name", ""), op)] += s.value
+                    rpcs[(s.labels.get("service_name", ""), op)] += int(s.value)
                 elif s.name == "persistence_requests_total":
-                    persistence[op] += s.value
+                    persistence[op] += int(s.value)
                 elif s.name == "visibility_persistence_latency_count":
-                    visibility[op] += s.value
+                    visibility[op] += int(s.value)
         return Reading(cpu, rpcs, persistence, visibility, actions)
