@@ -55,7 +55,7 @@ import tomllib
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -478,17 +478,22 @@ async def run_scenario(
             tl.phase(f"current controller serving beside the previous: {message(line)}")
         assert f"(reaper {__version__})" in line, line
         ready = tl.at()
+        both_since = datetime.now(UTC)
         agents.reports[NEW] = {}
         await lock.execute("ROLLBACK")
         released = tl.phase(f"{NEW} beating; lock released")
         if variant == "overlap":
-            await until(
-                lambda: took_tasks(client, tq, new.identity),
-                lambda kinds: {"workflow", "activity"} <= kinds,
-                timeout=60,
-                poll=1.0,
-                what="the current controller taking workflow and activity tasks",
-            )
+            # Both releases take both kinds of task while both serve. Waiting for the new one
+            # alone once left the old with no activity task in a 2.2 s overlap (a fresh
+            # clone's CI run, 2026-12-06).
+            for ctl, which in ((new, "current"), (old, "previous")):
+                await until(
+                    lambda ctl=ctl: took_tasks(client, tq, ctl.identity, both_since),
+                    lambda kinds: {"workflow", "activity"} <= kinds,
+                    timeout=60,
+                    poll=1.0,
+                    what=f"the {which} controller taking workflow and activity tasks",
+                )
             await until(
                 lambda: column(pool, "SELECT count(*) FROM reaper.tasks WHERE worker = $1", NEW),
                 lambda n: n >= 3,  # the owed one, the held reap's and retirement's
@@ -583,13 +588,16 @@ async def in_flight(
     )
 
 
-async def took_tasks(client: Client, task_queue: str, identity: str) -> set[str]:
-    """The kinds of task (``workflow``, ``activity``) ``identity`` took on ``task_queue``."""
+async def took_tasks(
+    client: Client, task_queue: str, identity: str, since: datetime | None = None
+) -> set[str]:
+    """The kinds of task (``workflow``, ``activity``) ``identity`` took on ``task_queue``
+    (since ``since``, UTC, if given)."""
     return {
         kind
         for h in await histories(client, task_queue)
-        for _, who, kind in task_takers(h)
-        if who == identity
+        for at, who, kind in task_takers(h)
+        if who == identity and (since is None or at >= since)
     }
 
 
