@@ -234,8 +234,19 @@ async def test_agent_with_a_key_file_registers_and_retires_in_required_mode(
             assert "unsigned" in (view.last_rejection or ""), view
             row = await pool.fetchval("SELECT 1 FROM reaper.workers WHERE name = $1", unsigned)
             assert row is None
-            log = (tmp_path / f"{unsigned}.log").read_text()
-            assert "the controller rejects beats" in log and "--key-file" in log, log
+
+            # The agent learns it from its own `state` query, which may wait behind a busy
+            # workflow task (a fresh clone's CI run: "consistent query buffer is full", the
+            # log read before its answer came): read its log until it says so.
+            async def unsigned_log() -> str:
+                return (tmp_path / f"{unsigned}.log").read_text()
+
+            await eventually(
+                unsigned_log,
+                lambda log: "the controller rejects beats" in log and "--key-file" in log,
+                timeout=30,
+                what=f"{unsigned}'s agent saying its beats are rejected",
+            )
 
             # Its retire on stop is signed with the worker's own key: accepted.
             child = agents[signed]
