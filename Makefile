@@ -45,8 +45,7 @@ sysdeps:
 # `own_stack`: reaper demo, the Web UI, the repairs on a server of their own, a Temporal
 # outage; about four minutes); the other dev-server tests (about nine minutes in one process)
 # in two, split by file: E2E_FIRST (the longest files: a controller killed mid-step, the
-# CLI, the container engine, outages, a locked table, and the short chaos campaign again at
-# REAPER_PEER_VERSION=1.1; about 6 minutes alone) and
+# CLI, the container engine, outages, a locked table; about 5 minutes alone) and
 # the rest (about 4.8; a new file lands there). Each of these starts its own dev server and
 # Postgres on free ports. The suite mostly waits on real servers and timers (about half a
 # core on average over a serial run), so together they take about as long as the longest
@@ -57,7 +56,7 @@ sysdeps:
 UNIT_TESTS := tests/core tests/policy tests/activities tests/workflows tests/chaos
 E2E_MARKS := not slow and not upgrade and not smoke and not own_stack
 E2E_FIRST := tests/e2e/test_durable.py tests/e2e/test_cli.py tests/e2e/test_agent_engine.py \
-	tests/e2e/test_outage.py tests/e2e/test_lock_fault.py tests/e2e/test_chaos.py
+	tests/e2e/test_outage.py tests/e2e/test_lock_fault.py
 test: $(STAMP) sysdeps
 	@mkdir -p .reaper
 	@$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \

@@ -37,9 +37,10 @@ LAST = re.compile(
     "peer_version",
     [
         pytest.param("1.0", marks=pytest.mark.smoke, id="peer-1.0"),
-        # The command changes an upgraded fleet takes (rollout.py), which no campaign ran
-        # before; in the E2E_FIRST process (Makefile), beside the smoke one.
-        pytest.param("1.1", id="peer-1.1"),
+        # The command changes an upgraded fleet takes (rollout.py). Not in make test: a
+        # second campaign's stack beside the four test processes made unrelated tests
+        # miss their deadlines on fresh clones (2026-12-06); run it with -m slow.
+        pytest.param("1.1", marks=pytest.mark.slow, id="peer-1.1"),
     ],
 )
 def test_a_short_chaos_campaign_breaks_no_rule(peer_version: str) -> None:
