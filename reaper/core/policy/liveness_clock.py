@@ -36,21 +36,29 @@ def automatic_retire_due(live: LivenessState) -> datetime | None:
     return retire_due(live.state_since, timings_of(live).retire_after)
 
 
+def silence_deadline(live: LivenessState) -> datetime | None:
+    """The worker's own deadline (UTC): when its silence makes it stalled or lost, never
+    before its outage grace ends; ``None`` before its first beat or once lost."""
+    if live.last_heartbeat_at is None:
+        return None
+    t = timings_of(live)
+    return policy.next_deadline(
+        live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
+    )
+
+
 def next_deadline(live: LivenessState) -> datetime | None:
     """When the liveness must next look at the clock (UTC), or ``None``: the earliest of
     its time rules (``policy.time_rules``: stall, lost, outage grace, reap and retire
     retries, automatic retirement)."""
-    t = timings_of(live)
-    times = []
-    if live.last_heartbeat_at is not None:
-        due = policy.next_deadline(
-            live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-        )
-        if due is not None:
-            times.append(due)
-    times += [
+    times = [
         at
-        for at in (live.reap_retry_at, live.retire_retry_at, automatic_retire_due(live))
+        for at in (
+            silence_deadline(live),
+            live.reap_retry_at,
+            live.retire_retry_at,
+            automatic_retire_due(live),
+        )
         if at is not None
     ]
     return min(times) if times else None
@@ -118,12 +126,7 @@ def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> l
 def _moved_on(live: LivenessState, deadline: datetime) -> bool:
     """Whether the worker's own deadline (stall, lost, grace end) now lies after
     ``deadline``: a beat moved it since that deadline was armed."""
-    if live.last_heartbeat_at is None:
-        return False
-    t = timings_of(live)
-    standing = policy.next_deadline(
-        live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-    )
+    standing = silence_deadline(live)
     return standing is not None and standing > deadline
 
 
@@ -135,9 +138,7 @@ def judge(live: LivenessState, now: datetime) -> list[str]:
     if live.last_heartbeat_at is None:
         return notes
     t = timings_of(live)
-    deadline = policy.next_deadline(
-        live.last_heartbeat_at, live.state, t.stall_after, t.lost_after, live.grace_until
-    )
+    deadline = silence_deadline(live)
     if deadline is not None and deadline < now:
         # Judged late, however the loop got here (a late timer, a run that starts after
         # the controller was down across a continue-as-new, a signal that woke the loop
