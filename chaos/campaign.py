@@ -59,8 +59,8 @@ class Campaign:
         self.root = Path(tempfile.mkdtemp(prefix=f"reaper-chaos-{seed}-"))
         self.ledger = Ledger()
         self.obs = Observations()
-        one_grace = rollout.uses(rollout.ONE_GRACE, peer_version)
-        self.checker = Checker(self.ledger, self.obs, self.say, one_grace)
+        self.checker = Checker(self.ledger, self.obs, self.say)
+        self.checker.one_grace = rollout.uses(rollout.ONE_GRACE, peer_version)
         self.stack = Stack(self.root, {**CONTROLLER_ENV, "REAPER_PEER_VERSION": peer_version})
         self.faults = Faults(self.stack, self.ledger, self.say)
         self.observing = True

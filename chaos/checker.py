@@ -31,15 +31,9 @@ TOL = CLOCK_TOL_S
 class Checker:
     """Collects violations as the campaign goes; ``say`` prints each once."""
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        obs: Observations,
-        say: Callable[[str], None],
-        one_grace: bool = False,
-    ) -> None:
+    def __init__(self, ledger: Ledger, obs: Observations, say: Callable[[str], None]) -> None:
         self.ledger, self.obs, self.say = ledger, obs, say
-        self.one_grace = one_grace
+        self.one_grace = False
         """The controllers take ``one-grace`` (their peer version): one grace per silence."""
         self.violations: dict[tuple[str, str, int], Violation] = {}
         self.checked: set[int] = set()
