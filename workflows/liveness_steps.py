@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.policy.liveness_machine import Step
     from workflows.common import run_activity, run_local_activity
     from workflows.intake import ReportIntake
-    from workflows.reap import reap_step
+    from workflows.reap import loss_in_task, reap_step
     from workflows.retirement import Retirement
     from workflows.view import LivenessView
 
@@ -123,8 +123,10 @@ class LivenessSteps:
             forced_reap=live.reap_forced and state is WorkerState.lost,
         )
         summary = f"{live.worker}: {what}"
-        if live.features.local_writes and live.recorded_state is None:
-            # A registration: a local activity, as cheap as a beat's (issue 11, metric 7a).
+        registration = live.features.local_writes and live.recorded_state is None
+        if registration or (state is WorkerState.lost and loss_in_task(live)):
+            # A registration: a local activity, as cheap as a beat's (issue 11, metric 7a). A
+            # loss: written in the task that judged it (in-task-loss, issue 20 bench 4d).
             done = await run_local_activity(
                 ReaperActivities.record_worker_state, change, summary=summary
             )

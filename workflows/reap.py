@@ -22,8 +22,9 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessState
     from reaper.core.models import ReapInput, ReapResult
     from reaper.core.policy.fleet import FleetState
+    from reaper.core.policy.rollout import IN_TASK_LOSS
     from workflows import front_door
-    from workflows.common import reap_id, run_activity, tell_placed
+    from workflows.common import reap_id, run_activity, run_local_activity, tell_placed
 
 
 @workflow.defn(name="WorkerReap")
@@ -42,22 +43,31 @@ class WorkerReap:
         inp = front_door.start_input(ReapInput.model_validate, args)
         if inp is None:
             return ReapResult(refused="malformed input")
-        result: ReapResult = await run_activity(
-            ReaperActivities.reap_worker,
-            ReapRequest(
-                worker=inp.worker,
-                reason=inp.reason,
-                actor=inp.actor,
-                forced=inp.forced,
-                lost_after=inp.lost_after,
-                at=workflow.now(),
-                last_heartbeat_at=inp.last_heartbeat_at,
-                dry_run=inp.dry_run,
-            ),
-            summary=f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})",
+        req = ReapRequest(
+            worker=inp.worker,
+            reason=inp.reason,
+            actor=inp.actor,
+            forced=inp.forced,
+            lost_after=inp.lost_after,
+            at=workflow.now(),
+            last_heartbeat_at=inp.last_heartbeat_at,
+            dry_run=inp.dry_run,
         )
+        summary = f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})"
+        # in-task-loss: the input says, so a replay runs what the run ran.
+        run = run_local_activity if inp.in_task else run_activity
+        result: ReapResult = await run(ReaperActivities.reap_worker, req, summary=summary)
         await tell_placed(result.replacements)
         return result
+
+
+def loss_in_task(live: LivenessState) -> bool:
+    """Whether this run writes a loss and reaps inside workflow tasks (``in-task-loss``,
+    ``reaper.core.policy.rollout``): its peer version allows it and, asked where a loss is
+    first recorded or reaped, its patch marker says so (a run of this line recorded before
+    the change has no marker there and keeps its activities in replay). The SDK remembers
+    the answer for the rest of the run; a run without the feature asks nothing."""
+    return live.features.in_task_loss and workflow.patched(IN_TASK_LOSS)
 
 
 async def reap_step(live: LivenessState, seen: str | None) -> None:
@@ -72,12 +82,14 @@ async def reap_step(live: LivenessState, seen: str | None) -> None:
     t = live.timings
     req = live.reap_request
     assert req is not None and t is not None
+    in_task = loss_in_task(live)
     if not live.reap_forced:
         # While the fleet is in full disruption, wait without starting a reap child per
         # attempt (the reap activity decides again, in its transaction, anyway).
         if seen is None:
+            check = run_local_activity if in_task else run_activity
             seen = (
-                await run_activity(
+                await check(
                     ReaperActivities.fleet_status,
                     workflow.now(),
                     summary="fleet disruption check before reaping",
@@ -99,6 +111,7 @@ async def reap_step(live: LivenessState, seen: str | None) -> None:
                 lost_after=t.lost_after,
                 last_heartbeat_at=live.last_heartbeat_at,
                 dry_run=t.dry_run,
+                in_task=in_task,
             ),
             id=reap_id(live.worker, live.reaps),
             static_summary=f"reap {live.worker}: {req.reason}",

@@ -130,6 +130,8 @@ def _decide_rollout(live: LivenessState) -> None:
     live.features.wide_staging = rollout.uses(rollout.WIDE_STAGING, peer)
     live.features.drop_superseded_chunks = rollout.uses(rollout.DROP_SUPERSEDED_CHUNKS, peer)
     live.features.one_grace = rollout.uses(rollout.ONE_GRACE, peer)
+    # Its patch marker is asked for where a loss is first written (workflows.reap.loss_in_task).
+    live.features.in_task_loss = rollout.uses(rollout.IN_TASK_LOSS, peer)
 
 
 def start_input(args: Sequence[Any]) -> LivenessInput:

@@ -67,6 +67,10 @@ class RunFeatures(BaseModel):
     """``one-grace`` (``reaper.core.policy.rollout``): consecutive late looks in one silence
     share one outage grace (``policy.liveness.outage_grace``); decided as ``rearm_on_beat``
     is."""
+    in_task_loss: bool = False
+    """``in-task-loss`` (``reaper.core.policy.rollout``): the ``lost`` record, the fleet check
+    before a reap and the reap child's transaction are local activities; decided as
+    ``rearm_on_beat`` is, and by its patch marker."""
 
 
 class DrainRequest(BaseModel):

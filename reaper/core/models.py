@@ -196,6 +196,10 @@ class ReapInput(BaseModel):
     lost_after: float = 300.0
     last_heartbeat_at: datetime | None = None
     dry_run: bool = False
+    in_task: bool = False
+    """``in-task-loss`` (``reaper.core.policy.rollout``): the reap's transaction runs as a local
+    activity in the child's first workflow task. Absent (older liveness runs, anyone else's
+    start): an activity."""
 
 
 class ReapResult(BaseModel):

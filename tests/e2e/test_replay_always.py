@@ -8,7 +8,8 @@ Dev server; an in-process controller with ``max_cached_workflows=1`` and a short
 timeout; two agents beating every second with complete reports (one dropping a handle and
 gaining a row, one reporting an unknown one), so that signals race the run's first local
 activity and the collectors' activities, and every other beat re-arms the deadline timer;
-the fleet monitor reads the change feed meanwhile.
+the fleet monitor reads the change feed meanwhile; then one worker is force-reaped while it
+beats on (its loss and its reap written by local activities, ``in-task-loss``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from __future__ import annotations
 import uuid
 
 import asyncpg
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from tests.support.agents import Agents
 from tests.support.controller import evicting_controller, make_settings, start_monitor
 from tests.support.heartbeats import failed_tasks
 from tests.support.polling import eventually
 from tests.support.scheduler import insert
-from workflows.common import collector_id, fleet_monitor_id, liveness_id
+from tests.support.upgrade import features
+from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
 
 # The agents' interval, and STALL_AFTER three of them: a beat's task re-arms the deadline
 # timer when it would fire before the next beat (``rearm-on-beat``, the suite's peer
@@ -61,6 +65,17 @@ async def beats_seen(pool: asyncpg.Pool, worker: str, n: int) -> None:
     )
 
 
+async def reap_done(client: Client, workflow_id: str) -> bool:
+    """Whether the workflow ``workflow_id`` has closed (False while it does not exist yet: the
+    liveness starts its reap child in a task of its own)."""
+    try:
+        return (await client.get_workflow_handle(workflow_id).describe()).close_time is not None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+
+
 async def test_every_workflow_replays_the_way_it_ran(dev_env, pool, tmp_path) -> None:
 
     client = dev_env.client
@@ -88,8 +103,40 @@ async def test_every_workflow_replays_the_way_it_ran(dev_env, pool, tmp_path) ->
             await insert(pool, "volumes", workers[0], [f"{workers[0]}-v1"])  # fed back
             for w in workers:
                 await beats_seen(pool, w, 5)
+            # A forced reap while the worker beats on: the loss is written by a local
+            # activity that beats race (in-task-loss), and the reap child's transaction too;
+            # the beats after it are the worker's return.
+            reaped = workers[1]
+            await client.get_workflow_handle(liveness_id(reaped)).signal(
+                "force_reap", {"reason": "replayed reap", "actor": "test"}
+            )
+            await eventually(
+                lambda: pool.fetchval(
+                    "SELECT count(*) FROM reaper.events WHERE worker = $1 AND action = 'state'"
+                    " AND reason LIKE '%-> lost%'",
+                    reaped,
+                ),
+                lambda n: n >= 1,
+                timeout=60,
+                what="the forced loss recorded",
+            )
+            await eventually(
+                lambda: reap_done(client, reap_id(reaped, 1)),
+                bool,
+                timeout=60,
+                what="the reap done",
+            )
+            await beats_seen(pool, reaped, 3)
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", reaped),
+                lambda st: st == "running",
+                timeout=60,
+                what="the reaped worker back",
+            )
+            reap = await client.get_workflow_handle(reap_id(reaped, 1)).fetch_history()
+            assert "MARKER_RECORDED:core_local_activity:reap_worker" in features(reap)
         ids = [wid for w in workers for wid in (liveness_id(w), collector_id(w))]
-        for wid in [*ids, fleet_monitor_id(tq)]:
+        for wid in [*ids, fleet_monitor_id(tq), reap_id(reaped, 1)]:
             assert await failed_tasks(client, wid, tmp_path) == [], wid
         for wid in [*ids, fleet_monitor_id(tq)]:
             await client.get_workflow_handle(wid).terminate("test over")

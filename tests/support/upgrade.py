@@ -198,7 +198,12 @@ def _feature(e: HistoryEvent) -> str:
 
 def features(history: WorkflowHistory) -> set[str]:
     """What a run contains: event types, with the activity, signal, marker and child types."""
-    return {_feature(e) for e in history.events}
+    return set(sequence(history))
+
+
+def sequence(history: WorkflowHistory) -> list[str]:
+    """A run's events in order, each named as :func:`features` names it."""
+    return [_feature(e) for e in history.events]
 
 
 def covering(runs: Iterable[WorkflowHistory], most: int = 8) -> dict[str, list[WorkflowHistory]]:

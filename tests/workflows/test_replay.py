@@ -109,6 +109,9 @@ async def test_record_peer_1_1_history(fleet, monkeypatch):
 # REAPER_PEER_VERSION=1.1: the first late look grants the outage grace, the second declares
 # it lost (``one-grace``); recorded by tests/e2e/test_outage.py
 # (test_late_looks_in_one_silence_share_one_grace, REAPER_RECORD_HISTORIES=1).
+# liveness-in-task-loss, reap-in-task-loss: a dead worker lost and reaped at
+# REAPER_PEER_VERSION=1.1 with ``in-task-loss`` (the loss and the reap local activities);
+# recorded by tests/workflows/test_in_task_loss.py (REAPER_RECORD_HISTORIES=1).
 # release-<version>-*: what each release's controller wrote in the upgrade test
 # (tests/e2e/test_upgrade.py records them with REAPER_RECORD_HISTORIES=1, from the release
 # exported from git): every one of every release replays on the current code.
@@ -122,9 +125,11 @@ RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
         "liveness-lean-start",
         "liveness-peer-1.1",
         "liveness-one-grace",
+        "liveness-in-task-loss",
         "collector",
         "collector-kinds-apart",
         "reap",
+        "reap-in-task-loss",
         "fleet",
         *RELEASES,
     ],

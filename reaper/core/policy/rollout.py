@@ -48,6 +48,15 @@ controller whose tasks wait in the queue longer than a heartbeat interval no lon
 postpones a dead worker's loss for as long as the waits last (issue 20, bench 7d). A run
 that takes it declares ``lost`` where an older release would arm another grace timer."""
 
+IN_TASK_LOSS = "in-task-loss"
+"""A loss is written in the workflow task that judges it, and a reap's transaction in its
+child's first task: the ``lost`` record, the fleet check before a reap and ``reap_worker``
+run as local activities where the previous line scheduled activities. Two trips through
+the activity queue and one through the workflow task queue fewer between a silent worker's
+deadline and its replacement, which is what a busy controller makes late (issue 20, bench
+4d and 4e). Recorded by a patch marker too, so a run of this line recorded before it keeps
+its commands in replay."""
+
 ONE_TASK_START = "one-task-start"
 """Register a new worker in the first workflow task of its liveness: the start-up read
 (``begin_liveness``) as a local activity, so the ``running`` row is written in the same task
@@ -71,6 +80,7 @@ COMMAND_CHANGES: dict[str, str] = {
     DROP_SUPERSEDED_CHUNKS: "1.1",
     ONE_TASK_START: "1.1",
     ONE_GRACE: "1.1",
+    IN_TASK_LOSS: "1.1",
 }
 """Each change of a workflow's commands and the line that introduced it."""
 
