@@ -256,8 +256,9 @@ def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> lis
                 f"waited up to {max(loss.vwaits, default=0):.2f} s in the task queue and ran up "
                 f"to {max(loss.vruns, default=0):.2f} s; the outage grace was granted "
                 f"{loss.graces[0]} times to {loss.graces[1]} victims; after the lost timer, "
-                "record_worker_state, the WorkerReap child and its reap_worker activity are "
-                "further tasks in sequence (the slowest victim's events are listed)"
+                "the WorkerReap child's first task follows in sequence (at peer version 1.0, "
+                "without in-task-loss, also the record_worker_state and reap_worker "
+                "activities and a task between them; the slowest victim's events are listed)"
             )
     return [lost_m, repl_m]
 
