@@ -22,17 +22,14 @@ import asyncpg
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
-from temporalio.worker import Replayer
 
 from reaper.core.policy import rollout
 from reaper.core.policy.rollout import ONE_TASK_START, RELEASE_LINES
 from tests.support.controller import evicting_controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, query_state, send
 from tests.support.polling import eventually
-from tests.support.upgrade import features
-from workflows import ALL_WORKFLOWS
+from tests.support.upgrade import features, replay_failures
 from workflows.common import collector_id, liveness_id
 
 TIMINGS = dict(heartbeat_interval=2.0, stall_after=6, lost_after=60, missing_ttl=6)
@@ -104,9 +101,7 @@ def count(history: WorkflowHistory, event: int) -> int:
 
 
 async def replays(history: WorkflowHistory) -> None:
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
+    assert await replay_failures([history]) == {}
 
 
 async def test_beats_and_a_drain_during_a_slow_first_read(dev_env, pool) -> None:

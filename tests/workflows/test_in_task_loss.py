@@ -13,16 +13,13 @@ import os
 import asyncpg
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from reaper.core.policy.rollout import IN_TASK_LOSS, RELEASE_LINES
 from tests.support.fleet import fleet_with
 from tests.support.releases import HISTORIES
 from tests.support.scheduler import setup_service, task_states
-from tests.support.upgrade import sequence
-from workflows import ALL_WORKFLOWS
+from tests.support.upgrade import replay_failures, sequence
 from workflows.common import liveness_id, reap_id
 
 LOST = 300
@@ -36,12 +33,6 @@ def _tasks_from_deadline_to_reap(history: WorkflowHistory) -> list[str]:
     start = seen.index("START_CHILD_WORKFLOW_EXECUTION_INITIATED:WorkerReap")
     fired = max(i for i, f in enumerate(seen[:start]) if f == "TIMER_FIRED")
     return seen[fired : start + 1]
-
-
-async def _replays(history: WorkflowHistory) -> None:
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
 
 
 @pytest.mark.parametrize("peer", RELEASE_LINES)
@@ -75,8 +66,7 @@ async def test_a_loss_is_written_and_reaped_in_one_task_each_on_this_line(
     first = reaped.index("WORKFLOW_TASK_COMPLETED")
     assert (reaped[first + 1] == "MARKER_RECORDED:core_local_activity:reap_worker") is this_line
     # A replay has no controller setting: the marker and the reap's input decide.
-    await _replays(liveness)
-    await _replays(reap)
+    assert await replay_failures([liveness, reap]) == {}
     if this_line and os.environ.get("REAPER_RECORD_HISTORIES") == "1":
         (HISTORIES / "liveness-in-task-loss.json").write_text(liveness.to_json())
         (HISTORIES / "reap-in-task-loss.json").write_text(reap.to_json())

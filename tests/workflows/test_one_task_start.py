@@ -11,16 +11,13 @@ import asyncpg
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from reaper.core.policy import rollout
 from reaper.core.policy.rollout import ONE_TASK_START, RELEASE_LINES
 from tests.support.fleet import fleet_with
 from tests.support.polling import eventually
-from tests.support.upgrade import features
-from workflows import ALL_WORKFLOWS
+from tests.support.upgrade import features, replay_failures
 from workflows.common import liveness_id
 
 
@@ -80,9 +77,7 @@ async def test_a_registration_takes_one_workflow_task(
         assert "ACTIVITY_TASK_SCHEDULED" in seen, seen
         assert not _patched(history, ONE_TASK_START)
     # A replay has no controller setting: the marker decides (absent: the previous line).
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
+    assert await replay_failures([history]) == {}
 
 
 @pytest.mark.parametrize("peer", RELEASE_LINES)
@@ -125,6 +120,4 @@ async def test_a_retired_boot_beating_again_is_ignored_on_either_line(
     seen = features(history)
     assert _patched(history, ONE_TASK_START) == (peer == RELEASE_LINES[-1]), seen
     assert ("ACTIVITY_TASK_SCHEDULED:begin_liveness" in seen) == (peer != RELEASE_LINES[-1]), seen
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
-    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-    assert result.replay_failure is None, result.replay_failure
+    assert await replay_failures([history]) == {}
