@@ -94,10 +94,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             max_concurrent_activities=64,
             workflow_runner=workflow_runner(settings.workflow_sandbox),
             interceptors=[PeerVersionGate(settings.peer_version)],
-            # Two workflows per worker (liveness and collector) stay cached: with the SDK's
-            # default of 1,000, a fleet past 500 workers replays on every beat (BENCHMARKS.md
-            # metric 6).
-            max_cached_workflows=10_000,
+            # Two workflows per worker (liveness and collector): REAPER_WORKFLOW_CACHE.
+            max_cached_workflows=settings.workflow_cache,
             # Replicas share the task queue; a workflow cached on a replica that died moves
             # to another one after this long (docs/operator-guide.md: "Several controllers").
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),

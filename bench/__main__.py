@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         "--controller-cache",
         metavar="N",
         type=int,
-        help="diagnostic: run the controllers with the SDK's sticky workflow cache "
-        "(max_cached_workflows) forced to N instead of worker.py's setting",
+        help="diagnostic: run the controllers with REAPER_WORKFLOW_CACHE=N (the SDK's "
+        "max_cached_workflows) instead of its default",
     )
     p.add_argument(
         "--peer-version",

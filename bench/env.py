@@ -37,19 +37,6 @@ from reaper.kit.temporal import DevServer
 ROOT = Path(__file__).resolve().parent.parent
 log = logging.getLogger("bench")
 
-WRAPPER = (
-    "import sys; sys.path.insert(0, sys.argv[1]); import worker;"
-    " from temporalio.worker import Worker;"
-    " cache = int(sys.argv[2]);"
-    " worker.Worker = (lambda *a, **k: Worker(*a, **{**k, 'max_cached_workflows': cache}))"
-    " if cache else Worker;"
-    " sys.exit(worker.main())"
-)
-"""Diagnostics (not the default): worker.py with the SDK's sticky workflow cache
-(``max_cached_workflows``) forced (``--controller-cache N``; 0 keeps worker.py's). Whether
-the workflows run in the sandbox is a setting (``REAPER_WORKFLOW_SANDBOX``; the bench's
-``--controller-sandbox`` turns it on)."""
-
 
 def timings(hb: float, stall: float, lost: float) -> dict[str, str]:
     """A controller's settings for a phase: heartbeat, stall and lost as given (seconds),
@@ -236,9 +223,12 @@ class BenchEnv:
         else:
             db_url = await self.create_database(db_name or f"bench_{name}")
             tq = f"bench-{name}-{uuid.uuid4().hex[:6]}"
-        argv: tuple[str, ...] = ("-c", "import sys, worker; sys.exit(worker.main())")
-        if self.controller_cache is not None:
-            argv = ("-c", WRAPPER, str(ROOT), str(self.controller_cache))
+        # Diagnostic (--controller-cache N): the SDK's workflow cache of each controller.
+        cache = (
+            {}
+            if not self.controller_cache
+            else {"REAPER_WORKFLOW_CACHE": str(self.controller_cache)}
+        )
         sdk_port = free_port()
         c = Controller(
             name,
@@ -255,10 +245,10 @@ class BenchEnv:
                 "REAPER_SDK_METRICS_PORT": str(sdk_port),
                 "REAPER_WORKFLOW_SANDBOX": str(self.controller_sandbox).lower(),
                 "REAPER_PEER_VERSION": self.peer_version,
+                **cache,
                 **self.controller_settings,
             },
             log_path=self.root / f"controller-{name}.log",
-            argv=argv,
             cwd=self.root,
         )
         c.start()

@@ -127,7 +127,7 @@ async def _serve(address: str, task_queue: str, metrics_port: int) -> None:
         task_queue=task_queue,
         workflows=[BenchNoop, BenchWatch, BenchSleeper],
         workflow_runner=UnsandboxedWorkflowRunner(),
-        max_cached_workflows=10_000,
+        max_cached_workflows=Settings.model_fields["workflow_cache"].default,
         **workflow_task_polling(Settings.model_fields["workflow_task_pollers"].default),
     ):
         await stop.wait()

@@ -110,6 +110,14 @@ class Settings(ConnectionSettings):
     workers in 131-132 s on two cores, 72-97 s at 20 (BENCHMARKS.md metric 8b, issue 20).
     Temporal's worker performance guide: raise pollers while tasks wait in the queue and
     the worker has slots and CPU to spare."""
+    workflow_cache: int = 10_000
+    """``REAPER_WORKFLOW_CACHE``: how many workflow runs this controller keeps in memory between
+    their tasks (the SDK's ``max_cached_workflows``, 1,000 by default; at least 1). Each
+    worker has two (its liveness and its collector). A run that is not cached is replayed
+    from its history at its next task: below twice the workers a replica serves, memory is
+    traded for CPU and history reads. At the SDK's default a fleet past 500 workers replayed
+    on every beat (BENCHMARKS.md metric 6); at 10,000 workers two replicas cached 9,000 runs
+    each in 1.5 GiB of memory (metric 7c), about 150 KiB a run."""
     peer_version: str = DEFAULT_PEER_VERSION
     """``REAPER_PEER_VERSION``: the oldest reaper release line (``major.minor``) that may serve
     the same task queue as this controller, as during a rolling upgrade. A change of the
@@ -207,6 +215,8 @@ class Settings(ConnectionSettings):
                 "REAPER_WORKFLOW_TASK_POLLERS must be at least 2 (one for the shared queue, one "
                 f"for the sticky queue), got {self.workflow_task_pollers}"
             )
+        if self.workflow_cache < 1:
+            raise ValueError(f"REAPER_WORKFLOW_CACHE must be at least 1, got {self.workflow_cache}")
         if self.reap_burst < 1:
             raise ValueError(f"REAPER_REAP_BURST must be at least 1, got {self.reap_burst}")
         for name, port in (

@@ -45,6 +45,7 @@ def test_parse_duration_rejects(bad):
         ({"REAPER_METRICS_PORT": "x"}, "REAPER_METRICS_PORT"),
         ({"REAPER_WORKFLOW_TASK_POLLERS": "1"}, "REAPER_WORKFLOW_TASK_POLLERS"),
         ({"REAPER_WORKFLOW_TASK_POLLERS": "many"}, "REAPER_WORKFLOW_TASK_POLLERS"),
+        ({"REAPER_WORKFLOW_CACHE": "0"}, "REAPER_WORKFLOW_CACHE"),
     ],
 )
 def test_bad_configuration_names_the_variable(monkeypatch, env, variable):

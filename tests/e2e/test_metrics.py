@@ -172,3 +172,54 @@ async def test_metrics_of_two_replicas(dev_env, db_url, pool, tmp_path):
     finally:
         for proc in (first, second):
             proc.stop()
+
+
+def summed(samples: Samples, prefix: str) -> float:
+    """The samples whose name starts with ``prefix``, over all their labels (the SDK labels
+    its series by namespace, task queue and worker type)."""
+    return sum(v for (name, _), v in samples.items() if name.startswith(prefix))
+
+
+async def test_a_controller_caches_at_most_its_workflow_cache(dev_env, db_url, pool, tmp_path):
+    """``REAPER_WORKFLOW_CACHE`` bounds the runs a controller keeps in memory (the SDK's
+    ``max_cached_workflows``): with 2, three workers' six workflows and the fleet monitor
+    take turns in the cache (evicted, replayed at their next task), and the workers stay
+    registered and beating."""
+    client = dev_env.client
+    sdk_port = free_port()
+    ctl = ControllerProcess(
+        client.service_client.config.target_host,
+        db_url,
+        tmp_path / "controller.log",
+        {
+            **FAST,
+            "REAPER_LOST_AFTER": "60s",
+            "REAPER_SDK_METRICS_PORT": str(sdk_port),
+            "REAPER_WORKFLOW_CACHE": "2",
+        },
+    )
+    names = [f"cache-{i}-{uuid.uuid4().hex[:6]}" for i in range(3)]
+    ctl.start()
+    try:
+        with Agents(client, ctl.task_queue) as agents:
+            agents.reports = {n: {} for n in names}
+            await eventually(
+                lambda: pool.fetchval(
+                    "SELECT count(*) FROM reaper.workers WHERE name = ANY($1) AND last_seq >= 3",
+                    names,
+                ),
+                lambda n: n == len(names),
+                timeout=60,
+                poll=0.2,
+                what="three workers registered and beating",
+            )
+            sdk = await eventually(
+                lambda: scrape(sdk_port),
+                lambda s: summed(s, "temporal_sticky_cache_total_forced_eviction") > 0,
+                timeout=30,
+                poll=0.2,
+                what="runs evicted from a full cache",
+            )
+            assert 0 < summed(sdk, "temporal_sticky_cache_size") <= 2, ctl.tail()
+    finally:
+        ctl.stop()
