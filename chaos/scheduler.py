@@ -23,7 +23,17 @@ from chaos.ledger import Insert, Ledger
 
 TABLES = {"containers": "reaper.containers", "volumes": "reaper.volumes"}
 """Kind -> table; fixed identifiers, never input."""
-DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+DB_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+)
+"""What a scheduler insert may fail with while Postgres stops: counted as not inserted.
+``InternalClientError`` ("cannot switch to state 15; another operation is in progress") is
+asyncpg's answer to a statement cut off by a session the server ended (chaos seed 3,
+2026-12-06: raised from a fire-and-forget insert, "Task exception was never retrieved")."""
 
 
 class Scheduler:

@@ -45,6 +45,19 @@ TRANSIENT = frozenset(
 partition, a busy frontend)."""
 
 
+def temporal_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` is Temporal's answer of a call that may succeed once the server is back:
+    an :class:`RPCError` of a :data:`TRANSIENT` status, or the client's own "transport error"
+    (status ``UNKNOWN``: the gRPC library's code for a connection that failed under the call,
+    reset or closed; a replica restarting beside a busy dev server exited on it, chaos seed 3,
+    2026-12-06)."""
+    if not isinstance(exc, RPCError):
+        return False
+    return exc.status in TRANSIENT or (
+        exc.status == RPCStatusCode.UNKNOWN and exc.message == "transport error"
+    )
+
+
 async def connect(
     address: str | None,
     namespace: str,
@@ -76,8 +89,9 @@ async def connect(
 async def while_unavailable(
     call: Callable[[], Awaitable[T]], what: str, *, deadline_s: float = CONNECT_DEADLINE_S
 ) -> T:
-    """Run ``call`` again while Temporal answers it with a transient error (:data:`TRANSIENT`:
-    the server restarting, unreachable or overloaded), backing off from 0.2 s to 5 s.
+    """Run ``call`` again while Temporal answers it with a transient error
+    (:func:`temporal_unavailable`: the server restarting, unreachable or overloaded, or the
+    connection lost under the call), backing off from 0.2 s to 5 s.
 
     A controller's start-up calls after :func:`connect` (search attributes, the fleet
     monitor's start) go through this: a dev server restarted while a replica starts made the
@@ -96,7 +110,7 @@ async def while_unavailable(
     """
     return await with_backoff(
         call,
-        lambda exc: isinstance(exc, RPCError) and exc.status in TRANSIENT,
+        temporal_unavailable,
         f"Temporal for {what}",
         deadline_s=deadline_s,
     )

@@ -9,9 +9,10 @@ import time
 
 import asyncpg
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
 from reaper.infra.db import Unreachable, create_pool, postgres_unavailable, with_backoff
-from reaper.infra.temporal import connect
+from reaper.infra.temporal import connect, temporal_unavailable, while_unavailable
 
 
 def closed_port() -> int:
@@ -55,3 +56,30 @@ async def test_a_start_up_step_cut_off_by_postgres_is_retried_and_a_bad_one_is_n
         await with_backoff(
             lambda: pool.execute("SELEC 1"), postgres_unavailable, "Postgres", deadline_s=10
         )
+
+
+async def test_a_start_up_call_cut_off_by_a_lost_connection_is_retried_and_a_refusal_is_not():
+    """A start-up call to Temporal (the search attributes, the fleet monitor's start) that the
+    client answers with "transport error" (a connection lost under the call) runs again; a
+    refusal of the server's (here INVALID_ARGUMENT) is raised at once."""
+    lost = RPCError("transport error", RPCStatusCode.UNKNOWN, b"")
+    answers: list[BaseException | str] = [lost, lost, "registered"]
+
+    async def call() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    assert await while_unavailable(call, "a test call", deadline_s=30) == "registered"
+    assert answers == []
+    assert temporal_unavailable(RPCError("unavailable", RPCStatusCode.UNAVAILABLE, b""))
+    assert not temporal_unavailable(RPCError("some other", RPCStatusCode.UNKNOWN, b""))
+    refused = RPCError("bad attribute", RPCStatusCode.INVALID_ARGUMENT, b"")
+
+    async def bad() -> str:
+        raise refused
+
+    with pytest.raises(RPCError) as err:
+        await while_unavailable(bad, "a bad call", deadline_s=30)
+    assert err.value is refused
