@@ -675,6 +675,22 @@ async def logged(
     return found
 
 
+async def armed_for(client: Client, workflow_id: str, due: datetime) -> bool:
+    """Whether the workflow's history holds a timer started to fire at ``due`` (UTC, within a
+    second): the workflow task that decided ``due`` has completed, so a controller killed
+    now does not take that decision with it (a log line is written before its task
+    completes)."""
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED:
+            fires = e.event_time.ToDatetime(tzinfo=UTC) + (
+                e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+            )
+            if abs((fires - due).total_seconds()) < 1.0:
+                return True
+    return False
+
+
 async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, tmp_path):
     """``one-grace`` (REAPER_PEER_VERSION=1.1): a dead worker's silence spans two controller
     outages. The first late look grants the outage grace; the second, late again with no
@@ -699,8 +715,18 @@ async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, 
             await asyncio.sleep(STALL_AFTER_S + 2 * HEARTBEAT_S)  # the outage itself
             ctl.start()
             first = await logged(ctl, rf"{dead}: deadline judged [\d.]+s late: grace until {STAMP}")
-            ctl.kill()
             grace_end = datetime.fromisoformat(first[1])
+            # Killed only once the grace is in history: killed between the log line and its
+            # task's completion, the restarted controller judged the same look afresh and
+            # granted the grace again (a clean clone's run, 2026-12-06).
+            await eventually(
+                lambda: armed_for(client, liveness_id(dead), grace_end),
+                bool,
+                timeout=30,
+                poll=0.05,
+                what="the grace's timer in history",
+            )
+            ctl.kill()
             # Down across the grace's end: it is looked at late again.
             await asyncio.sleep((grace_end - datetime.now(UTC)).total_seconds() + 2 * HEARTBEAT_S)
             since = len(ctl.log.read_text(errors="replace"))
