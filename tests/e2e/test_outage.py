@@ -16,7 +16,7 @@ destroyed, and no ``missing_since`` may have been set.
 
 Worker ``c`` is the hard case wherever the rule allows it: it is silent through the outage
 and beats again only some time after the recovery, within STALL_AFTER (Temporal: 1 s after
-the server is back; controller: 1 s after the restarted controller has judged ``c``, which it
+the server serves the workers' workflows again; controller: 1 s after the restarted controller has judged ``c``, which it
 must then see as ``stalled`` under the outage grace, never ``lost``). The others resume (or,
 for a controller or Postgres outage, keep beating) at once. The controller is killed twice
 over: at a quiet moment, and between a continue-as-new of ``c``'s liveness and the new run's
@@ -231,6 +231,25 @@ async def tolerant(fn, default=None, timeout: float = 2.0):
         return await asyncio.wait_for(fn(), timeout)
     except (TimeoutError, RPCError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return default
+
+
+async def serving_workflows(client: Client, workers: list[str]) -> float:
+    """When a restarted server serves every worker's liveness again (monotonic time): a
+    ``DescribeWorkflowExecution`` of each answered, which reads the run from its history
+    shard. The recovery of a Temporal outage is this moment, not the first answer of the
+    frontend (:meth:`DevServer.up`): in one clean-clone run the agents' signals were still
+    refused for up to 3.01 s after ``DescribeNamespace`` answered (2026-12-06)."""
+    for w in workers:
+        await eventually(
+            lambda w=w: tolerant(
+                lambda: client.get_workflow_handle(liveness_id(w)).describe(), timeout=1.0
+            ),
+            lambda d: d is not None,
+            timeout=60,
+            poll=0.05,
+            what=f"the restarted server serving {liveness_id(w)}",
+        )
+    return time.monotonic()
 
 
 async def judged_again(
@@ -527,7 +546,7 @@ async def test_temporal_server_down_longer_than_lost_after_reaps_nobody(
             await asyncio.sleep(OUTAGE_S)  # the outage itself
             assert ctl.alive(), f"the controller exited during the outage:\n{ctl.tail()}"
             await server.up()  # same port, same SQLite file
-            up_at = time.monotonic()
+            up_at = await serving_workflows(client, list(reports))
             answering = asyncio.ensure_future(judged_again(client, next(iter(reports))))
             await asyncio.sleep(LATE_S)  # c beats again LATE_S after it
             agents.resume(late)
