@@ -16,9 +16,10 @@ destroyed, and no ``missing_since`` may have been set.
 
 Worker ``c`` is the hard case wherever the rule allows it: it is silent through the outage
 and beats again only some time after the recovery, within STALL_AFTER (Temporal: 1 s after
-the server serves the workers' workflows again; controller: 1 s after the restarted controller has judged ``c``, which it
-must then see as ``stalled`` under the outage grace, never ``lost``). The others resume (or,
-for a controller or Postgres outage, keep beating) at once. The controller is killed twice
+the server serves the workers' workflows again; controller: 1 s after the restarted
+controller has judged ``c``, which it must then see as ``stalled`` under the outage grace,
+never ``lost``). The others resume (or, for a controller or Postgres outage, keep beating)
+at once. The controller is killed twice
 over: at a quiet moment, and between a continue-as-new of ``c``'s liveness and the new run's
 first workflow task (where no deadline timer exists to fire late). Through a Temporal or a
 Postgres outage the controller must stay up, in the same process.
