@@ -18,6 +18,7 @@ from activities.types import (
 from reaper.core import states
 from reaper.core.models import Timings
 from reaper.core.policy.auth import AuthMode
+from reaper.core.policy.drain import drain_changes
 
 _CLEAR_MARKS = (
     "UPDATE reaper.containers SET missing_since = NULL"
@@ -206,29 +207,49 @@ class LivenessActivities(ActivityBase):
 
     @activity.defn(name="set_draining")
     async def set_draining(self, change: DrainChange) -> bool:
-        """Set or clear ``workers.draining``; returns True if it changed (and wrote an event).
+        """Apply ``change``'s requests to ``workers.draining`` in order, in one transaction:
+        an ``events`` row (``drain``, ``undrain``) for each that changes it
+        (``policy.drain.drain_changes``), keyed by the request's ``key``; the row ends at the
+        newest request's value. A worker without a row gets one. Returns True if any request
+        changed it.
 
         A draining worker gets no new placements (Nomad's drain, Kubernetes' cordon).
+        Idempotent: a retry whose batch wrote an event finds its key and changes nothing;
+        one whose batch changed nothing finds the row as it was and changes nothing again.
         """
+        requests = change.requests()
+        keys = [r.key for r in requests if r.key]
         async with self.pool.acquire() as conn, conn.transaction():
-            changed = await conn.fetchval(
-                "INSERT INTO reaper.workers (name, draining, drain_reason, state_since)"
-                " VALUES ($1, $2, $3, now())"
-                " ON CONFLICT (name) DO UPDATE SET draining = $2, drain_reason = $3"
-                " WHERE reaper.workers.draining IS DISTINCT FROM $2"
-                " RETURNING true",
+            await conn.execute(
+                "INSERT INTO reaper.workers (name, state_since) VALUES ($1, now())"
+                " ON CONFLICT (name) DO NOTHING",
                 change.worker,
-                change.draining,
-                change.reason or None,
             )
-            if changed:
+            draining = await conn.fetchval(
+                "SELECT draining FROM reaper.workers WHERE name = $1 FOR UPDATE", change.worker
+            )
+            if keys and await conn.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM reaper.events WHERE dedupe = ANY($1::text[]))",
+                keys,
+            ):
+                return False
+            changes = drain_changes(draining, requests)
+            for req in changes:
                 await write_events(
                     conn,
                     change.worker,
                     "worker",
-                    "drain" if change.draining else "undrain",
+                    "drain" if req.draining else "undrain",
                     [change.worker],
-                    change.reason,
-                    change.actor,
+                    req.reason,
+                    req.actor,
+                    dedupe=[req.key] if req.key else None,
                 )
-            return bool(changed)
+            if changes and changes[-1].draining != draining:
+                await conn.execute(
+                    "UPDATE reaper.workers SET draining = $2, drain_reason = $3 WHERE name = $1",
+                    change.worker,
+                    changes[-1].draining,
+                    changes[-1].reason or None,
+                )
+            return bool(changes)

@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from reaper.core.contract import Kind, WorkerState
+from reaper.core.liveness_state import DrainRequest
 from reaper.core.models import KindStatus, Report, Timings
 
 
@@ -115,10 +116,24 @@ class RetireRequest(BaseModel):
 
 
 class DrainChange(BaseModel):
+    """Input of ``set_draining``: the newest drain or undrain request of ``worker`` (its
+    ``draining``, ``reason``, ``actor`` and ``key``, as ``DrainRequest`` has them), and the
+    unapplied ones that came before it, oldest first (``policy.drain``). A controller of
+    release 1.0 ignores ``key`` and ``earlier`` and applies the newest alone, as it did."""
+
     worker: str
     draining: bool
     reason: str = ""
     actor: str = "operator"
+    key: str = ""
+    earlier: list[DrainRequest] = Field(default_factory=list)
+
+    def requests(self) -> list[DrainRequest]:
+        """Every request of the change, oldest first."""
+        newest = DrainRequest(
+            draining=self.draining, reason=self.reason, actor=self.actor, key=self.key
+        )
+        return [*self.earlier, newest]
 
 
 class SealedReport(BaseModel):

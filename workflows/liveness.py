@@ -139,9 +139,17 @@ class WorkerLiveness:
     def _set_draining(self, raw: Any, draining: bool) -> None:
         req = self._operator_request("drain" if draining else "undrain", raw)
         if req is not None:
-            self.live.drain_request = DrainRequest(
-                draining=draining, reason=req.reason, actor=req.actor
+            live, info = self.live, workflow.info()
+            live.drains_taken += 1
+            request = DrainRequest(
+                draining=draining,
+                reason=req.reason,
+                actor=req.actor,
+                key=f"drain:{info.workflow_id}:{info.run_id}:{live.drains_taken}",
             )
+            out = machine.decide(live, workflow.now(), machine.Drain(request)).outcome
+            if out.reason is not None:
+                workflow.logger.info("%s: %s", live.worker, out.reason)
 
     @workflow.signal(name="retire")
     def retire(self, *args: Any) -> None:
@@ -238,7 +246,7 @@ class WorkerLiveness:
                 return
             # A drain and chunks are applied before the run hands over (a signal in this
             # very activation is seen here).
-            if should_continue_as_new() and not live.chunks and live.drain_request is None:
+            if should_continue_as_new() and not live.chunks and not live.drains:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             # rearm-on-beat: the beat before the timer would fire re-arms it (rollout.py).

@@ -196,12 +196,19 @@ class LivenessSteps:
         live.agent_key, live.agent_key_recorded = stored, True
 
     async def apply_drain(self) -> None:
-        """Set or clear ``workers.draining``: while set, nothing new is placed on the worker."""
+        """Apply the queued drain and undrain requests, in order, in one activity (its
+        command as before them: one ``set_draining``): while ``workers.draining`` is set,
+        nothing new is placed on the worker."""
         live = self.live
-        req, live.drain_request = live.drain_request, None
-        assert req is not None
+        requests, live.drains = live.drains, []
+        *earlier, req = requests
         change = DrainChange(
-            worker=live.worker, draining=req.draining, reason=req.reason, actor=req.actor
+            worker=live.worker,
+            draining=req.draining,
+            reason=req.reason,
+            actor=req.actor,
+            key=req.key,
+            earlier=earlier,
         )
         verb = "drain" if change.draining else "undrain"
         changed = await run_activity(
@@ -209,4 +216,11 @@ class LivenessSteps:
         )
         live.draining = change.draining
         live.drain_reason = change.reason if change.draining else None
-        workflow.logger.info("%s of %s (changed=%s): %s", verb, live.worker, changed, change.reason)
+        workflow.logger.info(
+            "%s of %s (changed=%s, after %d earlier): %s",
+            verb,
+            live.worker,
+            changed,
+            len(earlier),
+            change.reason,
+        )

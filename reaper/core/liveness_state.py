@@ -74,11 +74,16 @@ class RunFeatures(BaseModel):
 
 
 class DrainRequest(BaseModel):
-    """An operator's ``drain`` (``draining``) or ``undrain``, not yet applied."""
+    """An operator's ``drain`` (``draining``) or ``undrain``, not yet applied
+    (``policy.drain``)."""
 
     draining: bool
     reason: str = ""
     actor: str = "operator"
+    key: str = ""
+    """The ``events.dedupe`` key of the row it writes if it changes ``workers.draining``,
+    unique to the request (run id and a count): a retried ``set_draining`` that finds it
+    written knows its batch is applied. Empty in requests of runs recorded before it."""
 
 
 class QueuedChunk(BaseModel):
@@ -176,8 +181,11 @@ class LivenessState(BaseModel):
     """Well-formed beats dropped by the fence (duplicate, late, or from an older boot)."""
     # -- this run: not yet applied when a run may hand over, reset when a run starts --
     features: RunFeatures = Field(default_factory=RunFeatures)
-    drain_request: DrainRequest | None = None
-    """A ``drain`` or ``undrain`` not yet applied (a run hands over only once it is)."""
+    drains: list[DrainRequest] = Field(default_factory=list)
+    """``drain`` and ``undrain`` requests not yet applied, oldest first
+    (``policy.drain.queue_drain``; a run hands over only once they are)."""
+    drains_taken: int = 0
+    """Drain and undrain requests this run took: the count in each one's ``key``."""
     chunks: list[QueuedChunk] = Field(default_factory=list)
     """Chunks waiting to be staged (a run hands over only once they are)."""
     early: list[tuple[str, Any]] | None = Field(default_factory=list)

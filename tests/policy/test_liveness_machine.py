@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from reaper.core.contract import Heartbeat, ReasonInput, WorkerState
-from reaper.core.liveness_state import LivenessState, RunFeatures
+from reaper.core.liveness_state import DrainRequest, LivenessState, RunFeatures
 from reaper.core.models import Report, Timings
 from reaper.core.policy.liveness_machine import (
     Authenticated,
     Beat,
     Clock,
+    Drain,
     ForceReap,
     Retire,
     Step,
@@ -270,7 +271,7 @@ def test_a_beat_ends_the_silence_and_its_grace():
         (value(last_heartbeat_at=at(26)), [Step.refresh]),
         (value(last_heartbeat_at=at(26), recorded_state=None), [Step.record]),
         (value(agent_key="k"), [Step.pin]),
-        (value(drain_request={"draining": True}), [Step.drain]),
+        (value(drains=[{"draining": True}]), [Step.drain]),
         (value(draining=True), [Step.show]),
         (value(retire_request=REQ), [Step.retire]),
         (value(retire_request=REQ, retire_retry_at=at(5)), []),
@@ -304,3 +305,13 @@ def test_a_beat_ends_the_silence_and_its_grace():
 )
 def test_what_is_due_is_one_function_of_the_value(live, steps):
     assert due_steps(live) == steps
+
+
+def test_drain_requests_queue_in_order_and_are_due_until_applied():
+    live = value()
+    first = decide(live, at(1), Drain(DrainRequest(draining=True, reason="upgrade")))
+    assert first.outcome.verdict == "accepted" and first.steps == [Step.drain]
+    decide(live, at(2), Drain(DrainRequest(draining=False, reason="done")))
+    again = decide(live, at(3), Drain(DrainRequest(draining=False, reason="again")))
+    assert again.outcome.verdict == "noted" and "sets the same" in (again.outcome.reason or "")
+    assert [(r.draining, r.reason) for r in live.drains] == [(True, "upgrade"), (False, "done")]

@@ -7,6 +7,7 @@ TTL 300 s, disruption threshold 0.55; RETIRE_AFTER as each test says.
 from __future__ import annotations
 
 import itertools
+import uuid
 from typing import Any
 
 import asyncpg
@@ -14,9 +15,11 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.core.contract import liveness_id
+from tests.support.controller import controller, make_settings
 from tests.support.fleet import Fleet, fleet_with
 from tests.support.polling import eventually
 from tests.support.scheduler import insert, setup_service, task_states
+from tests.support.upgrade import replay_failures, sequence
 from workflows.common import STATE_ATTR
 
 LOST = 300
@@ -198,6 +201,48 @@ async def test_undrain_lets_placements_resume(fleet):
     )
     placed = await fleet.pool.fetchval("SELECT worker FROM reaper.tasks WHERE replaces = 't-a1'")
     assert placed == b  # the least loaded, and no longer draining
+
+
+async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env, pool):
+    """Signals that reach a liveness in one workflow task (here sent while no controller
+    serves it; in CI's run of stop 32, an undrain sent right after a drain on a loaded
+    machine) are applied in the order they came: a row for each, ending at the last. The
+    newest used to replace the unapplied drain, and the undrain then changed nothing and
+    wrote no row (CONTRACT.md §5.1 wants one). Still one ``set_draining`` activity."""
+    tq = f"tq-{uuid.uuid4().hex[:8]}"
+    settings = make_settings()
+    fleet = Fleet(time_env, pool, tq)
+    b = fleet.name("b")
+    sent = [("drain", "kernel upgrade"), ("undrain", "upgrade done"), ("drain", "disk failing")]
+    try:
+        # Caching nothing, the first controller leaves no sticky queue for the second.
+        async with controller(time_env.client, pool, settings, tq, max_cached_workflows=0):
+            await fleet.beat(b, tasks=[])
+        for name, reason in sent:
+            await signal(fleet, b, name, reason)
+        async with controller(time_env.client, pool, settings, tq):
+            await eventually(
+                lambda: drain_rows(fleet.pool, b), lambda r: len(r) == 3, what="three rows"
+            )
+            assert (await worker_row(fleet.pool, b))["draining"] is True
+            assert (await fleet.state(b)).state == "running"
+            handle = fleet.client.get_workflow_handle(liveness_id(b))
+            history = await handle.fetch_history()
+    finally:
+        await fleet.close()
+    assert await drain_rows(fleet.pool, b) == [(n, r, "ops") for n, r in sent]
+    steps = sequence(history)
+    assert steps.count("ACTIVITY_TASK_SCHEDULED:set_draining") == 1, steps
+    assert await replay_failures([history]) == {}
+
+
+async def drain_rows(pool: asyncpg.Pool, worker: str) -> list[tuple[Any, ...]]:
+    rows = await pool.fetch(
+        "SELECT action, reason, actor FROM reaper.events WHERE worker = $1"
+        " AND action IN ('drain', 'undrain') ORDER BY id",
+        worker,
+    )
+    return [tuple(r) for r in rows]
 
 
 async def owed(pool: asyncpg.Pool, service: str) -> list[asyncpg.Record]:

@@ -58,7 +58,7 @@ def needs(step: Step, live: LivenessState) -> bool:
     if step is Step.pin:
         return live.agent_key is not None and not live.agent_key_recorded
     if step is Step.drain:
-        return live.drain_request is not None
+        return bool(live.drains)
     if step is Step.reap:
         return (
             live.reap_request is not None

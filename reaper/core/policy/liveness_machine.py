@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from reaper.core.contract import Heartbeat, ReasonInput, WorkerState
-from reaper.core.liveness_state import LivenessState
+from reaper.core.liveness_state import DrainRequest, LivenessState
 from reaper.core.policy import liveness as policy
+from reaper.core.policy.drain import queue_drain
 from reaper.core.policy.fleet import retire_is_stale
 from reaper.core.policy.liveness_clock import (
     DEADLINE_SLACK_S,
@@ -42,6 +43,7 @@ __all__ = [
     "Beat",
     "Clock",
     "Decision",
+    "Drain",
     "ForceReap",
     "Outcome",
     "Retire",
@@ -96,6 +98,13 @@ class ForceReap:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """An operator's ``drain`` or ``undrain`` (or the agent's ``drain``), authenticated."""
+
+    request: DrainRequest
+
+
+@dataclass(frozen=True)
 class Retire:
     """A ``retire`` from an operator or the agent, authenticated."""
 
@@ -107,7 +116,7 @@ class Clock:
     """The loop looks at the clock (a deadline timer fired, or a turn starts)."""
 
 
-Event = Beat | Authenticated | ForceReap | Retire | Clock
+Event = Beat | Authenticated | ForceReap | Drain | Retire | Clock
 
 
 def admit_beat(live: LivenessState, beat: Heartbeat) -> Outcome:
@@ -170,6 +179,18 @@ def force_reap(live: LivenessState, req: ReasonInput, now: datetime) -> Outcome:
     return Outcome("accepted")
 
 
+def drain(live: LivenessState, req: DrainRequest) -> Outcome:
+    """A ``drain`` or ``undrain``: queued, to be applied in order of arrival
+    (``policy.drain.queue_drain``); ``noted`` with the reason when it drops requests."""
+    live.drains, dropped = queue_drain(live.drains, req)
+    verb = "drain" if req.draining else "undrain"
+    if dropped == 1:
+        return Outcome("noted", f"{verb} dropped: the request before it sets the same")
+    if dropped == 2:
+        return Outcome("noted", f"{verb} dropped with the request it undoes: too many queued")
+    return Outcome("accepted")
+
+
 def retire(live: LivenessState, req: ReasonInput) -> Outcome:
     """A ``retire``: the worker leaves the fleet at once (§5.1); ignored for an unknown or
     retired worker, or when it names a boot that is gone (``policy.fleet.retire_is_stale``)."""
@@ -208,6 +229,8 @@ def decide(live: LivenessState, now: datetime, event: Event) -> Decision:
         outcome = accept_beat(live, event.beat, now)
     elif isinstance(event, ForceReap):
         outcome = force_reap(live, event.request, now)
+    elif isinstance(event, Drain):
+        outcome = drain(live, event.request)
     elif isinstance(event, Retire):
         outcome = retire(live, event.request)
     else:
