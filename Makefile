@@ -36,11 +36,10 @@ sysdeps:
 	(command -v podman && command -v runc && dpkg -s busybox-static) >/dev/null 2>&1 || \
 		(apt-get update -qq && apt-get install -y -qq podman runc busybox-static >/dev/null)
 
-# Five pytest processes side by side. The time-skipping test server (tests/workflows) and the
+# Four pytest processes side by side. The time-skipping test server (tests/workflows) and the
 # dev server (tests/e2e) are never started in the same process (the SDK misbehaves with two
 # environments alive in one process, docs/platform-notes.md), so the unit and time-skipping
-# tests run in one process, but for the two random-timeline files (TIMELINES: about four
-# minutes together, each on a time-skipping server of its own process); the two smoke tests (marker `smoke`: `python -m bench --quick`
+# tests run in one process; the two smoke tests (marker `smoke`: `python -m bench --quick`
 # and a short chaos campaign, each a command that starts its own stack, four to six minutes
 # together) in a second, with the dev-server tests that start a stack of their own (marker
 # `own_stack`: reaper demo, the Web UI, the repairs on a server of their own, a Temporal
@@ -55,29 +54,25 @@ sysdeps:
 # here (the same examples on every run, so a red CI is reproducible); `make property`
 # explores new random timelines.
 UNIT_TESTS := tests/core tests/policy tests/activities tests/workflows tests/chaos
-TIMELINES := tests/workflows/test_fleet_timelines.py tests/workflows/test_property.py
 E2E_MARKS := not slow and not upgrade and not smoke and not own_stack
 E2E_FIRST := tests/e2e/test_durable.py tests/e2e/test_cli.py tests/e2e/test_agent_engine.py \
 	tests/e2e/test_outage.py tests/e2e/test_lock_fault.py
 test: $(STAMP) sysdeps
 	@mkdir -p .reaper
 	@$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
-		$(UNIT_TESTS) $(addprefix --ignore=,$(TIMELINES)) > .reaper/test-unit.log 2>&1 & unit=$$!; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
-		$(TIMELINES) > .reaper/test-timelines.log 2>&1 & timelines=$$!; \
+		$(UNIT_TESTS) > .reaper/test-unit.log 2>&1 & unit=$$!; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m 'smoke or own_stack' tests/e2e \
 		> .reaper/test-smoke.log 2>&1 & smoke=$$!; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m '$(E2E_MARKS)' $(E2E_FIRST) \
 		> .reaper/test-e2e-first.log 2>&1 & first=$$!; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m '$(E2E_MARKS)' tests/e2e \
 		$(addprefix --ignore=,$(E2E_FIRST)); e2e=$$?; \
-	wait $$unit; u=$$?; wait $$timelines; t=$$?; wait $$smoke; s=$$?; wait $$first; f=$$?; \
-	echo "---- $(UNIT_TESTS) but $(TIMELINES) (exit $$u):"; cat .reaper/test-unit.log; \
-	echo "---- $(TIMELINES) (exit $$t):"; cat .reaper/test-timelines.log; \
+	wait $$unit; u=$$?; wait $$smoke; s=$$?; wait $$first; f=$$?; \
+	echo "---- $(UNIT_TESTS) (exit $$u):"; cat .reaper/test-unit.log; \
 	echo "---- tests/e2e -m 'smoke or own_stack' (exit $$s):"; cat .reaper/test-smoke.log; \
 	echo "---- $(E2E_FIRST) (exit $$f):"; cat .reaper/test-e2e-first.log; \
 	echo "---- the other tests/e2e (exit $$e2e)"; \
-	test $$e2e -eq 0 -a $$u -eq 0 -a $$t -eq 0 -a $$s -eq 0 -a $$f -eq 0
+	test $$e2e -eq 0 -a $$u -eq 0 -a $$s -eq 0 -a $$f -eq 0
 
 # The upgrade promise (tests/e2e/test_upgrade.py): the previous release (releases.toml),
 # exported from this repository's history with `git archive`, runs its controller until work
