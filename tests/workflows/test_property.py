@@ -336,9 +336,15 @@ completion, "invalid history builder state for action", temporalio/sdk-java#3088
 on a 10 s grid with relative sleeps hit that. Times are absolute (``t0 + STRETCH * now``), so
 the harness's processing time never accumulates."""
 UNIVERSE = {"containers": C_HANDLES, "volumes": V_HANDLES}
-LAG = 1.0
+LAG = 5.0
 """Server seconds by which a "late" scheduler write is stamped after now: a report taken now
-predates it (rule 2), the next one (10 s on) does not. The model puts it half as far."""
+predates it (rule 2), the next one (10 s on) does not. The model puts it half as far (its
+time moves in steps of 10 s, so any lag under 10 s is the same to it). The server's clock
+runs in real time between skips, so "taken now" holds only while the beat is taken within
+LAG real seconds of the write, and "10 s on" only while less than 10 - LAG real seconds
+pass: 5 s leaves the most room either way. At 1 s, a clean clone's run beside four other
+test processes failed the rule-2 example: a row the model left alone was written. A pause
+of 1.5 real seconds before each beat fails it the same way at 1 s and not at 5 s."""
 
 
 def report_of(n: int) -> st.SearchStrategy[frozenset[int] | None]:
