@@ -210,12 +210,15 @@ class LivenessActivities(ActivityBase):
         """Apply ``change``'s requests to ``workers.draining`` in order, in one transaction:
         an ``events`` row (``drain``, ``undrain``) for each that changes it
         (``policy.drain.drain_changes``), keyed by the request's ``key``; the row ends at the
-        newest request's value. A worker without a row gets one. Returns True if any request
-        changed it.
+        newest request's value and ``drain_reason`` at the last change's reason. A worker
+        without a row gets one. Returns True if any request changed it.
 
         A draining worker gets no new placements (Nomad's drain, Kubernetes' cordon).
         Idempotent: a retry whose batch wrote an event finds its key and changes nothing;
         one whose batch changed nothing finds the row as it was and changes nothing again.
+        Keys name the run (``DrainRequest.key``): a batch that a run reset by the repair
+        (``activities/repair.py``) sends again under its new run id, having committed before
+        the reset point's history recorded it, writes its rows a second time.
         """
         requests = change.requests()
         keys = [r.key for r in requests if r.key]
@@ -245,7 +248,7 @@ class LivenessActivities(ActivityBase):
                     req.actor,
                     dedupe=[req.key] if req.key else None,
                 )
-            if changes and changes[-1].draining != draining:
+            if changes:  # the row's value, and the reason of the last change
                 await conn.execute(
                     "UPDATE reaper.workers SET draining = $2, drain_reason = $3 WHERE name = $1",
                     change.worker,

@@ -197,11 +197,13 @@ class LivenessSteps:
 
     async def apply_drain(self) -> None:
         """Apply the queued drain and undrain requests, in order, in one activity (its
-        command as before them: one ``set_draining``): while ``workers.draining`` is set,
-        nothing new is placed on the worker."""
+        command as before them: one ``set_draining``; without ``drain-in-order``, the newest
+        alone): while ``workers.draining`` is set, nothing new is placed on the worker."""
         live = self.live
         requests, live.drains = live.drains, []
         *earlier, req = requests
+        if not live.features.drain_in_order:
+            earlier = []  # the previous line's rule: the newest request alone
         change = DrainChange(
             worker=live.worker,
             draining=req.draining,

@@ -130,6 +130,7 @@ def _decide_rollout(live: LivenessState) -> None:
     live.features.wide_staging = rollout.uses(rollout.WIDE_STAGING, peer)
     live.features.drop_superseded_chunks = rollout.uses(rollout.DROP_SUPERSEDED_CHUNKS, peer)
     live.features.one_grace = rollout.uses(rollout.ONE_GRACE, peer)
+    live.features.drain_in_order = rollout.uses(rollout.DRAIN_IN_ORDER, peer)
     # Its patch marker is asked for where a loss is first written (workflows.reap.loss_in_task).
     live.features.in_task_loss = rollout.uses(rollout.IN_TASK_LOSS, peer)
 

@@ -67,6 +67,10 @@ class RunFeatures(BaseModel):
     """``one-grace`` (``reaper.core.policy.rollout``): consecutive late looks in one silence
     share one outage grace (``policy.liveness.outage_grace``); decided as ``rearm_on_beat``
     is."""
+    drain_in_order: bool = False
+    """``drain-in-order`` (``reaper.core.policy.rollout``): one ``set_draining`` applies
+    every queued drain and undrain request, not only the newest; decided as
+    ``rearm_on_beat`` is."""
     in_task_loss: bool = False
     """``in-task-loss`` (``reaper.core.policy.rollout``): the ``lost`` record, the fleet check
     before a reap and the reap child's transaction are local activities; decided as
@@ -185,7 +189,8 @@ class LivenessState(BaseModel):
     """``drain`` and ``undrain`` requests not yet applied, oldest first
     (``policy.drain.queue_drain``; a run hands over only once they are)."""
     drains_taken: int = 0
-    """Drain and undrain requests this run took: the count in each one's ``key``."""
+    """Drain and undrain requests taken so far (carried across continue-as-new): the count
+    in each one's ``key``."""
     chunks: list[QueuedChunk] = Field(default_factory=list)
     """Chunks waiting to be staged (a run hands over only once they are)."""
     early: list[tuple[str, Any]] | None = Field(default_factory=list)

@@ -11,6 +11,10 @@ from reaper.core.liveness_state import DrainRequest
 from tests.support.controller import make_settings
 
 
+async def _reason(pool: asyncpg.Pool, worker: str) -> str | None:
+    return await pool.fetchval("SELECT drain_reason FROM reaper.workers WHERE name = $1", worker)
+
+
 async def _state(pool: asyncpg.Pool, worker: str) -> tuple[bool, list[tuple[str, str, str]]]:
     draining = await pool.fetchval("SELECT draining FROM reaper.workers WHERE name = $1", worker)
     rows = await pool.fetch(
@@ -19,9 +23,9 @@ async def _state(pool: asyncpg.Pool, worker: str) -> tuple[bool, list[tuple[str,
     return draining, [(r["action"], r["reason"], r["actor"]) for r in rows]
 
 
-def change(worker: str, *requests: tuple[bool, str]) -> DrainChange:
+def change(worker: str, *requests: tuple[bool, str], batch: str = "1") -> DrainChange:
     reqs = [
-        DrainRequest(draining=d, reason=r, actor="ops", key=f"{worker}:{i}")
+        DrainRequest(draining=d, reason=r, actor="ops", key=f"{worker}:{batch}:{i}")
         for i, (d, r) in enumerate(requests)
     ]
     *earlier, newest = reqs
@@ -68,3 +72,15 @@ async def test_a_request_of_an_older_run_without_a_key_is_applied_once(pool):
     assert await acts.set_draining(old) is True  # no row yet: one is made
     assert await acts.set_draining(old) is False
     assert await _state(pool, "new") == (True, [("drain", "rack move", "ops")])
+
+
+async def test_the_row_keeps_the_reason_of_the_last_change(pool):
+    acts = ReaperActivities(pool, make_settings())
+    await acts.set_draining(change("w", (True, "A")))
+    # Undrained and drained again in one batch: draining as before, with the newer reason.
+    assert await acts.set_draining(change("w", (False, "u"), (True, "B"), batch="2")) is True
+    assert await _state(pool, "w") == (
+        True,
+        [("drain", "A", "ops"), ("undrain", "u", "ops"), ("drain", "B", "ops")],
+    )
+    assert await _reason(pool, "w") == "B"

@@ -16,7 +16,13 @@ T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
-    "change", [rollout.REARM_ON_BEAT, rollout.WIDE_STAGING, rollout.DROP_SUPERSEDED_CHUNKS]
+    "change",
+    [
+        rollout.REARM_ON_BEAT,
+        rollout.WIDE_STAGING,
+        rollout.DROP_SUPERSEDED_CHUNKS,
+        rollout.DRAIN_IN_ORDER,
+    ],
 )
 @pytest.mark.parametrize(
     ("peer", "used"), [("1.0", False), ("1.1", True), ("", False), ("0.9", False)]

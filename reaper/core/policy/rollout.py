@@ -74,6 +74,14 @@ than 2 MB of signals behind it make the server fail the task once to write them
 (``FORCE_CLOSE_COMMAND``; the task runs again, its local activities idempotent). Replays of
 runs that took it (the marker) work either way."""
 
+DRAIN_IN_ORDER = "drain-in-order"
+"""Apply every drain and undrain request that reached a liveness together, in order, with an
+``events`` row each (``policy.drain``), where the previous line applied only the newest.
+Not a change of commands (still one ``set_draining``) but of what that activity's input asks:
+a retry of a batch whose first attempt a previous-line controller ran (the newest alone, no
+dedupe key) would find the row moved and write rows that never happened, so the batch is
+sent only once every peer knows it (breaker finding, 2026-12-07)."""
+
 COMMAND_CHANGES: dict[str, str] = {
     REARM_ON_BEAT: "1.1",
     WIDE_STAGING: "1.1",
@@ -81,8 +89,11 @@ COMMAND_CHANGES: dict[str, str] = {
     ONE_TASK_START: "1.1",
     ONE_GRACE: "1.1",
     IN_TASK_LOSS: "1.1",
+    DRAIN_IN_ORDER: "1.1",
 }
-"""Each change of a workflow's commands and the line that introduced it."""
+"""Each change that a controller of an older line could not serve beside (a workflow's
+commands; for ``drain-in-order``, what an activity's input asks) and the line that
+introduced it."""
 
 
 PEER_VERSION_EXTERN = "reaper_peer_version"
