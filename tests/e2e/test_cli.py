@@ -114,7 +114,7 @@ async def test_workers_drain_and_force_reap_of_a_running_worker(
             # as on a loaded clean clone's run); an operator asks again, and so does this.
             data = await eventually(
                 listing,
-                lambda d: all("error" not in r for r in d["workers"] if r["worker"] == w),
+                lambda d: [("error" in r) for r in d["workers"] if r["worker"] == w] == [False],
                 timeout=60,
                 what="a listing in which the worker answered",
             )
