@@ -139,17 +139,12 @@ class WorkerLiveness:
     def _set_draining(self, raw: Any, draining: bool) -> None:
         req = self._operator_request("drain" if draining else "undrain", raw)
         if req is not None:
-            live, info = self.live, workflow.info()
-            live.drains_taken += 1
-            request = DrainRequest(
-                draining=draining,
-                reason=req.reason,
-                actor=req.actor,
-                key=f"drain:{info.workflow_id}:{info.run_id}:{live.drains_taken}",
-            )
-            out = machine.decide(live, workflow.now(), machine.Drain(request)).outcome
+            asked = DrainRequest(draining=draining, reason=req.reason, actor=req.actor)
+            info = workflow.info()
+            drain = machine.Drain(asked, run=f"{info.workflow_id}:{info.run_id}")
+            out = machine.decide(self.live, workflow.now(), drain).outcome
             if out.reason is not None:
-                workflow.logger.info("%s: %s", live.worker, out.reason)
+                workflow.logger.info("%s: %s", self.live.worker, out.reason)
 
     @workflow.signal(name="retire")
     def retire(self, *args: Any) -> None:

@@ -99,9 +99,11 @@ class ForceReap:
 
 @dataclass(frozen=True)
 class Drain:
-    """An operator's ``drain`` or ``undrain`` (or the agent's ``drain``), authenticated."""
+    """An operator's ``drain`` or ``undrain`` (or the agent's ``drain``), authenticated, and
+    the run that took it (``workflow id:run id``), which names its ``events.dedupe`` key."""
 
     request: DrainRequest
+    run: str = ""
 
 
 @dataclass(frozen=True)
@@ -179,9 +181,12 @@ def force_reap(live: LivenessState, req: ReasonInput, now: datetime) -> Outcome:
     return Outcome("accepted")
 
 
-def drain(live: LivenessState, req: DrainRequest) -> Outcome:
-    """A ``drain`` or ``undrain``: queued, to be applied in order of arrival
-    (``policy.drain.queue_drain``); ``noted`` with the reason when it drops requests."""
+def drain(live: LivenessState, req: DrainRequest, run: str) -> Outcome:
+    """A ``drain`` or ``undrain``: keyed ``drain:{run}:{n}`` (the n-th taken), queued, to be
+    applied in order of arrival (``policy.drain.queue_drain``); ``noted`` with the reason
+    when it drops requests."""
+    live.drains_taken += 1
+    req = req.model_copy(update={"key": f"drain:{run}:{live.drains_taken}"})
     live.drains, dropped = queue_drain(live.drains, req)
     verb = "drain" if req.draining else "undrain"
     if dropped == 1:
@@ -230,7 +235,7 @@ def decide(live: LivenessState, now: datetime, event: Event) -> Decision:
     elif isinstance(event, ForceReap):
         outcome = force_reap(live, event.request, now)
     elif isinstance(event, Drain):
-        outcome = drain(live, event.request)
+        outcome = drain(live, event.request, event.run)
     elif isinstance(event, Retire):
         outcome = retire(live, event.request)
     else:
