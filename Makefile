@@ -89,10 +89,10 @@ property: $(STAMP)
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/workflows/test_property.py
 
 # A chaos campaign against its own stack (docs/chaos.md): SEED and ROUNDS choose it, PEER
-# the controllers' REAPER_PEER_VERSION (default 1.0); the last line counts rounds, kills,
+# the controllers' REAPER_PEER_VERSION (default 1.1); the last line counts rounds, kills,
 # destroys, reaps and violations (exit 1 on a violation).
 chaos: $(STAMP)
-	$(BIN)/python -m chaos --seed $${SEED:-7} --rounds $${ROUNDS:-200} --peer-version $${PEER:-1.0}
+	$(BIN)/python -m chaos --seed $${SEED:-7} --rounds $${ROUNDS:-200} --peer-version $${PEER:-1.1}
 
 demo: $(STAMP)
 	$(BIN)/reaper demo

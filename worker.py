@@ -14,13 +14,10 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import Runtime
-from temporalio.worker import Replayer, Worker
+from temporalio.client import Client
+from temporalio.worker import Worker
 
 from activities import ReaperActivities
-from activities.diagnosis import ReplayCheck
 from activities.sealing import load_secret
 from reaper import __version__
 from reaper.core.config import ConfigError, Settings, load_settings
@@ -34,7 +31,6 @@ from reaper.infra.db import (
 )
 from reaper.infra.metrics_endpoint import sdk_runtime, serving
 from reaper.infra.temporal import (
-    PeerVersionGate,
     connect,
     ensure_search_attributes,
     while_unavailable,
@@ -44,6 +40,7 @@ from reaper.infra.temporal import (
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS
 from workflows.common import SEARCH_ATTRIBUTES
+from workflows.replay import replay_check
 
 log = logging.getLogger("reaper.worker")
 
@@ -93,7 +90,6 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             activities=acts.all(),
             max_concurrent_activities=64,
             workflow_runner=workflow_runner(settings.workflow_sandbox),
-            interceptors=[PeerVersionGate(settings.peer_version)],
             # Two workflows per worker (liveness and collector): REAPER_WORKFLOW_CACHE.
             max_cached_workflows=settings.workflow_cache,
             # Replicas share the task queue; a workflow cached on a replica that died moves
@@ -115,35 +111,6 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
     finally:
         await gc_pool.close()
         await pool.close()
-
-
-def replay_check(runtime: Runtime | None = None, sandboxed: bool = True) -> ReplayCheck:
-    """How the repair of a stuck liveness (``activities/repair.py``) tells whether a history
-    replays on this controller's code: the SDK's ``Replayer`` with ``ALL_WORKFLOWS``, the
-    pydantic data converter and the controller's workflow runner, as ``serve`` runs them.
-
-    Args:
-        runtime: the SDK runtime of the controller's client (one runtime per process); the
-            SDK's default when ``None``.
-        sandboxed: replay in the sandbox (``REAPER_WORKFLOW_SANDBOX``; the tests' default).
-
-    Returns:
-        An async function of a ``WorkflowHistory``: ``None`` if it replays cleanly, else
-        the replay's failure (``temporalio.workflow.NondeterminismError`` for a
-        nondeterminism). Replays run in the SDK's replay worker, one at a time per call.
-    """
-    replayer = Replayer(
-        workflows=ALL_WORKFLOWS,
-        data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(sandboxed),
-        runtime=runtime,
-    )
-
-    async def replay(history: WorkflowHistory) -> BaseException | None:
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        return result.replay_failure
-
-    return replay
 
 
 async def start_fleet_monitor(client: Client, settings: Settings) -> None:

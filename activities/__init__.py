@@ -51,6 +51,5 @@ class ReaperActivities(
             self.destroy_missing,
             self.reap_worker,
             self.stage_chunk,
-            self.load_agent_key,
             self.pin_agent_key,
         ]

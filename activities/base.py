@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 import asyncpg
 from temporalio import activity
 
+from reaper.core import kinds
 from reaper.core.config import Settings
 
 log = logging.getLogger("reaper.events")
@@ -15,14 +16,7 @@ log = logging.getLogger("reaper.events")
 drain, orphan), with ``worker``, ``kind``, ``handle``, ``action``, ``reason``, ``actor`` and
 ``workflow_id`` as fields (:mod:`reaper.logs`)."""
 
-KIND_TABLE = {
-    "containers": "reaper.containers",
-    "volumes": "reaper.volumes",
-    "tasks": "reaper.tasks",
-}
-"""Report kind -> table. Table names are fixed identifiers, never user input."""
-
-EVENT_KIND = {"containers": "container", "volumes": "volume", "tasks": "task"}
+EVENT_KIND = {k.report: k.word for k in kinds.ALL}
 """Report kind -> ``events.kind`` (CONTRACT.md §3)."""
 
 
@@ -108,16 +102,11 @@ async def write_events(
     return [r["handle"] for r in rows]
 
 
-KIND_KEY = {"containers": "handle", "volumes": "handle", "tasks": "id"}
-"""Report kind -> the table's primary-key column holding the handle."""
-
-
-def per_kind(template: str) -> dict[str, str]:
-    """Expand a statement written with ``{table}`` and ``{key}`` for each kind's fixed names."""
-    return {
-        kind: template.replace("{table}", table).replace("{key}", KIND_KEY[kind])
-        for kind, table in KIND_TABLE.items()
-    }
+def per_kind(template: str, only: tuple[kinds.Kind, ...] = kinds.ALL) -> dict[str, str]:
+    """Expand a statement written with ``{table}`` and ``{key}`` for each kind's fixed names
+    (``reaper.core.kinds``; table names are fixed identifiers, never input), keyed by report
+    kind; ``only`` those kinds."""
+    return {k.report: template.replace("{table}", k.table).replace("{key}", k.key) for k in only}
 
 
 def unique(items: Iterable[str]) -> list[str]:

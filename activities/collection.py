@@ -24,7 +24,7 @@ from activities.types import (
     ReconcileResult,
     SealedReport,
 )
-from reaper.core import states
+from reaper.core import kinds, states
 from reaper.core.models import KindStatus
 from reaper.core.policy import collection as policy
 
@@ -130,6 +130,7 @@ class CollectionActivities(ActivityBase):
             log.warning("report for %s %s refused: %s", inp.worker, inp.kind, unsealed)
             return ReconcileResult(skipped=unsealed)
         kind, worker, dry = inp.kind, inp.worker, inp.dry_run
+        task = kinds.kind(kind).task
         store = sql.DRY if dry else sql.ROWS
         async with self.gc_pool.acquire() as conn, conn.transaction():
             await conn.execute(sql.COLLECTING)
@@ -142,7 +143,7 @@ class CollectionActivities(ActivityBase):
             if not await _load_report(conn, inp):
                 return ReconcileResult(skipped=f"staged report {inp.staged_id} is gone")
             result = ReconcileResult()
-            if kind == "tasks" and not dry:
+            if task and not dry:
                 result.started = await column(
                     conn,
                     sql.START_REPORTED_TASKS,
@@ -175,7 +176,7 @@ class CollectionActivities(ActivityBase):
                 )
             stuck: list[str] = []
             creating_due = None
-            if kind != "tasks":
+            if not task:
                 stuck, creating_due = await fail_stuck_creating(
                     conn, inp, self.settings.stall_after
                 )
@@ -198,7 +199,7 @@ class CollectionActivities(ActivityBase):
             pending = await conn.fetchval(sql.NEXT_ORPHAN, worker, kind, cutoff)
             orphan_due = policy.orphan_due(pending, inp.missing_ttl)
             result.status.recheck_due = policy.recheck_at(orphan_due, creating_due)
-            if kind == "tasks":
+            if task:
                 reaped = await column(conn, sql.ORPHANED_TASKS, worker, states.ENDED_TASKS)
                 await _record_orphans(
                     conn,

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from activities.base import per_kind
+from reaper.core import kinds
+from reaper.core.kinds import HANDLE_ROWS, TASK_ROWS
 from reaper.core.states import MARKABLE
 
 __all__ = ["MARKABLE"]
@@ -164,22 +166,21 @@ NEXT_ORPHAN = (
 )
 """$3 the orphan cutoff: when the oldest unknown handle that is not an orphan yet was first
 reported (it becomes one ``MISSING_TTL`` later; the collector asks for a report then)."""
-REMOVE_MISSING = {
-    kind: (
-        f"DELETE FROM {table} WHERE worker = $1 AND missing_since IS NOT NULL"
-        " AND missing_since <= $2 AND state = ANY($3::text[])"
-        " RETURNING handle, NULL::text AS service, missing_since"
-    )
-    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
-}
-REMOVE_MISSING["tasks"] = (
-    "UPDATE reaper.tasks SET state = $4, stop_reason = 'missing', missing_since = NULL"
+REMOVE_MISSING = per_kind(
+    "DELETE FROM {table} WHERE worker = $1 AND missing_since IS NOT NULL"
+    " AND missing_since <= $2 AND state = ANY($3::text[])"
+    " RETURNING {key} AS handle, NULL::text AS service, missing_since",
+    HANDLE_ROWS,
+) | per_kind(
+    "UPDATE {table} SET state = $4, stop_reason = 'missing', missing_since = NULL"
     " WHERE worker = $1 AND missing_since IS NOT NULL AND missing_since <= $2"
-    " AND state = ANY($3::text[]) RETURNING id AS handle, service, $2::timestamptz AS missing_since"
+    " AND state = ANY($3::text[])"
+    " RETURNING {key} AS handle, service, $2::timestamptz AS missing_since",
+    TASK_ROWS,
 )
-"""$4: what a destroy makes of a task (``reaper.core.states.DESTROYED``)."""
+"""$4 (tasks): what a destroy makes of a task (``reaper.core.states.DESTROYED``)."""
 WOULD_REMOVE_MISSING = {
-    kind: sql.replace("{service}", "t.service" if kind == "tasks" else "NULL::text")
+    kind: sql.replace("{service}", "t.service" if kinds.kind(kind).task else "NULL::text")
     for kind, sql in dry_marks_per_kind(
         "UPDATE reaper.dry_marks d SET done = true FROM {table} t"
         " WHERE d.worker = $1 AND d.kind = '{kind}' AND NOT d.done AND d.missing_since <= $2"
@@ -189,32 +190,26 @@ WOULD_REMOVE_MISSING = {
 }
 # Rows still being created ($3, ``states.BEING_CREATED``) since $2 or earlier: their creator
 # crashed (CREATING_TIMEOUT).
-FAIL_STUCK_CREATING = {
-    kind: (
-        f"DELETE FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
-        " AND state_changed_at <= $2 RETURNING handle"
-    )
-    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
-}
-CREATING = {
-    kind: (
-        "SELECT min(state_changed_at) FILTER (WHERE state_changed_at > $3) AS upcoming,"
-        " count(*) FILTER (WHERE state_changed_at <= $3) AS overdue"
-        f" FROM {table} WHERE worker = $1 AND state = ANY($2::text[])"
-    )
-    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
-}
+FAIL_STUCK_CREATING = per_kind(
+    "DELETE FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
+    " AND state_changed_at <= $2 RETURNING {key} AS handle",
+    HANDLE_ROWS,
+)
+CREATING = per_kind(
+    "SELECT min(state_changed_at) FILTER (WHERE state_changed_at > $3) AS upcoming,"
+    " count(*) FILTER (WHERE state_changed_at <= $3) AS overdue"
+    " FROM {table} WHERE worker = $1 AND state = ANY($2::text[])",
+    HANDLE_ROWS,
+)
 """The worker's rows still being created ($2): when the oldest one not yet timed out at the
 cutoff $3 entered that state (it times out ``CREATING_TIMEOUT`` later,
 ``policy.collection.creating_due``), and how many are past it and still there (held by a
 full disruption)."""
-WOULD_FAIL_STUCK_CREATING = {
-    kind: (
-        f"SELECT handle FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
-        " AND state_changed_at <= $2"
-    )
-    for kind, table in (("containers", "reaper.containers"), ("volumes", "reaper.volumes"))
-}
+WOULD_FAIL_STUCK_CREATING = per_kind(
+    "SELECT {key} AS handle FROM {table} WHERE worker = $1 AND state = ANY($3::text[])"
+    " AND state_changed_at <= $2",
+    HANDLE_ROWS,
+)
 
 
 LOAD_STAGED = (

@@ -18,7 +18,7 @@ from activities.base import EVENT_KIND, ActivityBase, write_events
 from activities.collection import kind_status, seal_refusal
 from activities.tasks import backfill
 from activities.types import DestroyInput, DestroyResult
-from reaper.core import states
+from reaper.core import kinds, states
 from reaper.core.policy import collection as policy
 
 log = logging.getLogger("reaper.collection")
@@ -57,10 +57,11 @@ class DestroyActivities(ActivityBase):
             if refused is not None:
                 return DestroyResult(refused=refused)
             statement = (sql.WOULD_REMOVE_MISSING if inp.dry_run else sql.REMOVE_MISSING)[kind]
-            args = (states.DESTROYED.value,) if kind == "tasks" and not inp.dry_run else ()
+            of = kinds.kind(kind)
+            args = (states.DESTROYED.value,) if of.task and not inp.dry_run else ()
             rows = await conn.fetch(statement, inp.worker, inp.cutoff, sql.MARKABLE[kind], *args)
             destroyed = [r["handle"] for r in rows]
-            action = "stopped" if kind == "tasks" else "destroyed"
+            action = of.destroyed
             await write_events(
                 conn,
                 inp.worker,
@@ -76,7 +77,7 @@ class DestroyActivities(ActivityBase):
                 else None,
             )
             result = DestroyResult(destroyed=destroyed)
-            if kind == "tasks" and rows:
+            if of.task and rows:
                 services = [r["service"] for r in rows]
                 result.replacements, _ = await backfill(
                     conn,

@@ -9,16 +9,7 @@ from activities.types import PinRequest
 
 
 class KeyActivities(ActivityBase):
-    """Read and write a worker's pinned Ed25519 public key."""
-
-    @activity.defn(name="load_agent_key")
-    async def load_agent_key(self, worker: str) -> str | None:
-        """The public key pinned or enrolled for ``worker`` (standard base64), or ``None``."""
-        async with self.pool.acquire() as conn:
-            key: str | None = await conn.fetchval(
-                "SELECT public_key FROM reaper.agent_keys WHERE worker = $1", worker
-            )
-            return key
+    """Write a worker's pinned Ed25519 public key (``begin_liveness`` reads it)."""
 
     @activity.defn(name="pin_agent_key")
     async def pin_agent_key(self, req: PinRequest) -> str:

@@ -17,6 +17,7 @@ from activities.types import (
 )
 from reaper.core import states
 from reaper.core.models import Timings
+from reaper.core.policy import liveness as policy
 from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.drain import drain_changes
 
@@ -111,33 +112,22 @@ class LivenessActivities(ActivityBase):
                 await write_events(
                     conn, change.worker, "worker", "state", [change.worker], reason, change.actor
                 )
-            cleared = False
-            back = change.returned_at
-            # A return (rule 4): back to a deciding state from an unhealthy one, or a silence
-            # the liveness could not judge in time; time away does not count.
-            if states.worker(new_state).decides and old is not None:
-                unjudged = (
-                    back is not None
-                    and old_state == new_state
-                    and old["state_since"] is not None
-                    and old["state_since"] < back
+            marks = policy.marks_at_record(
+                old_state, old["state_since"] if old else None, new_state, change.returned_at
+            )
+            if marks.restamp:
+                await conn.execute(
+                    "UPDATE reaper.workers SET state_since = $2 WHERE name = $1",
+                    change.worker,
+                    change.returned_at,
                 )
-                if states.worker(old["state"]).unhealthy or unjudged:
-                    if unjudged:  # a silence the liveness could not judge in time (busy)
-                        await conn.execute(
-                            "UPDATE reaper.workers SET state_since = $2 WHERE name = $1",
-                            change.worker,
-                            back,
-                        )
-                    for sql in _CLEAR_MARKS:
-                        await conn.execute(sql, change.worker)
-                    cleared = True
-                elif back is not None:
-                    cleared = True  # by an earlier attempt of this very change
+            if marks.clear:
+                for sql in _CLEAR_MARKS:
+                    await conn.execute(sql, change.worker)
             fleet = None
             if old_state != new_state:
                 fleet = await refresh_fleet(conn, self.settings.disruption_threshold, change.at)
-            return RecordResult(fleet=fleet, marks_cleared=cleared)
+            return RecordResult(fleet=fleet, marks_cleared=marks.cleared)
 
     @activity.defn(name="refresh_heartbeat")
     async def refresh_heartbeat(self, beat: HeartbeatRefresh) -> bool:
@@ -182,8 +172,8 @@ class LivenessActivities(ActivityBase):
     async def begin_liveness(self, req: BeginRun) -> RunStart:
         """Everything a liveness run reads before it acts, in one round trip (registering
         a worker costs one activity instead of two local ones and another, issue 11): the timings
-        (:meth:`load_timings`), the pinned key (``load_agent_key``, when authentication is
-        on and the run has none) and, on a first run, the ``workers`` row
+        (:meth:`load_timings`), the pinned key (when authentication is on and the run has
+        none) and, on a first run, the ``workers`` row
         (:meth:`worker_record`). Reads only: a retry changes nothing."""
         timings = Timings.of(self.settings)
         want_key = timings.agent_auth is not AuthMode.off and not req.key_known

@@ -15,12 +15,9 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter, Histogram, Info
 
-from activities.base import EVENT_KIND
 from activities.types import ReconcileInput
 from reaper import __version__
-
-KINDS = ("container", "volume", "task")
-"""The ``kind`` label of the per-kind series (``events.kind`` of CONTRACT.md §3)."""
+from reaper.core import kinds
 
 BUILD = Info("reaper_build", "The reaper release this controller runs (CHANGELOG.md).")
 BUILD.info({"version": __version__})
@@ -64,7 +61,7 @@ RECONCILE_SECONDS = Histogram(
     ["kind"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
-for _kind in KINDS:  # every kind shows from the first scrape, at 0
+for _kind in kinds.WORDS:  # every kind shows from the first scrape, at 0
     DESTROYED.labels(_kind)
     RECONCILE_SECONDS.labels(_kind)
 
@@ -73,7 +70,7 @@ def count_destroyed(kind: str, rows: int) -> None:
     """Count ``rows`` destroyed of ``kind`` (a report kind ``containers`` or an event kind
     ``container``); call after the transaction committed, never in a dry run."""
     if rows > 0:
-        DESTROYED.labels(EVENT_KIND.get(kind, kind)).inc(rows)
+        DESTROYED.labels(kinds.kind(kind).word).inc(rows)
 
 
 def count_reaped(tasks: int) -> None:
@@ -124,6 +121,6 @@ def timed_reconcile(
             return await fn(self, inp)
         finally:
             elapsed = time.perf_counter() - start
-            RECONCILE_SECONDS.labels(EVENT_KIND.get(inp.kind, inp.kind)).observe(elapsed)
+            RECONCILE_SECONDS.labels(kinds.kind(inp.kind).word).observe(elapsed)
 
     return timed

@@ -5,14 +5,23 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities import metrics
-from activities.base import ActivityBase, write_events
+from activities.base import ActivityBase, per_kind, write_events
 from activities.fleet import refresh_fleet
 from activities.tasks import replace_tasks
 from activities.types import RetireRequest
+from reaper.core import kinds
 from reaper.core.contract import WorkerState
 from reaper.core.models import ReapResult
 from reaper.core.policy.fleet import may_retire
 
+_DELETE_ROWS = per_kind(
+    "DELETE FROM {table} WHERE worker = $1 RETURNING {key} AS handle", kinds.HANDLE_ROWS
+)
+"""A retired worker's container and volume rows, deleted (§5.1)."""
+_WOULD_DELETE_ROWS = per_kind(
+    "SELECT {key} AS handle FROM {table} WHERE worker = $1 ORDER BY {key}", kinds.HANDLE_ROWS
+)
+"""What :data:`_DELETE_ROWS` would delete (a dry run)."""
 _HOUSEKEEPING = (
     "DELETE FROM reaper.unknown_handles WHERE worker = $1",
     "DELETE FROM reaper.dry_marks WHERE worker = $1",
@@ -68,19 +77,15 @@ class RetireActivities(ActivityBase):
                 dry_run=req.dry_run,
             )
             destroyed: dict[str, int] = {}
-            for kind, table in (("container", "reaper.containers"), ("volume", "reaper.volumes")):
-                verb = "SELECT handle FROM" if req.dry_run else "DELETE FROM"
-                tail = " ORDER BY handle" if req.dry_run else " RETURNING handle"
-                gone = [
-                    r["handle"]
-                    for r in await conn.fetch(f"{verb} {table} WHERE worker = $1{tail}", req.worker)
-                ]
-                destroyed[kind] = len(gone)
+            for kind in kinds.HANDLE_ROWS:
+                statement = (_WOULD_DELETE_ROWS if req.dry_run else _DELETE_ROWS)[kind.report]
+                gone = [r["handle"] for r in await conn.fetch(statement, req.worker)]
+                destroyed[kind.word] = len(gone)
                 await write_events(
                     conn,
                     req.worker,
-                    kind,
-                    "destroyed",
+                    kind.word,
+                    kind.destroyed,
                     sorted(gone),
                     why,
                     req.actor,
@@ -109,6 +114,6 @@ class RetireActivities(ActivityBase):
                 await refresh_fleet(conn, self.settings.disruption_threshold, req.at)
         if not req.dry_run:
             metrics.count_reaped(len(lost))
-            for kind, n in destroyed.items():
-                metrics.count_destroyed(kind, n)
+            for word, n in destroyed.items():
+                metrics.count_destroyed(word, n)
         return ReapResult(lost_tasks=lost, replacements=placed, owed=owed)

@@ -24,11 +24,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from chaos.ledger import Beat, Ledger, Window
 from chaos.settings import HEARTBEAT_S
-from reaper.core.contract import StateView, liveness_id
+from reaper.core.contract import KINDS, StateView, liveness_id
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
 
-KINDS = ("containers", "volumes", "tasks")
 QUERY_EVERY = 3
 """An agent reads its ``state`` every this many beats (one query in flight at most)."""
 SEND_TIMEOUT_S = 2 * HEARTBEAT_S

@@ -40,10 +40,16 @@ from chaos.settings import (
     SETTLE_BOUND_S,
 )
 from chaos.stack import Stack
-from reaper.core.policy import rollout
+from reaper.core import kinds
 
 SETUP_TIMEOUT_S = 120.0
 """How long the stack and the first agents may take to come up (two busy cores)."""
+
+SEEDED = tuple(
+    k.report for k in kinds.HANDLE_ROWS for _ in range(2 if k is kinds.CONTAINERS else 1)
+)
+"""The rows the scheduler gives each agent at the start: two containers, one of every other
+kind of handle row (``reaper.core.kinds``), in this order (the seeds of docs/chaos.md)."""
 
 
 class Campaign:
@@ -60,7 +66,6 @@ class Campaign:
         self.ledger = Ledger()
         self.obs = Observations()
         self.checker = Checker(self.ledger, self.obs, self.say)
-        self.checker.one_grace = rollout.uses(rollout.ONE_GRACE, peer_version)
         self.stack = Stack(self.root, {**CONTROLLER_ENV, "REAPER_PEER_VERSION": peer_version})
         self.faults = Faults(self.stack, self.ledger, self.say)
         self.observing = True
@@ -105,7 +110,7 @@ class Campaign:
             self.agents.join(f"w{i}")
         await _until(self._registered, f"{AGENTS_AT_START} agents registered")
         for name in self.agents.names():
-            for kind in ("containers", "containers", "volumes"):
+            for kind in SEEDED:
                 handle = fleet.fresh(f"{kind[0]}-{name}")
                 await self.scheduler.handle(kind, name, handle, two_phase=False)
         await self.scheduler.service(fleet.fresh("svc"), AGENTS_AT_START)

@@ -22,9 +22,11 @@ from chaos.settings import (
     QUIET_BEFORE_S,
     STALL_AFTER_S,
 )
+from reaper.core import kinds
+from reaper.core.policy.collection import destroy_after
 
-KIND = {"container": "containers", "volume": "volumes", "task": "tasks"}
-"""``events.kind`` -> report kind."""
+KIND = {k.word: k.report for k in kinds.ALL}
+"""``events.kind`` -> report kind (``reaper.core.kinds``)."""
 TOL = CLOCK_TOL_S
 
 
@@ -33,8 +35,6 @@ class Checker:
 
     def __init__(self, ledger: Ledger, obs: Observations, say: Callable[[str], None]) -> None:
         self.ledger, self.obs, self.say = ledger, obs, say
-        self.one_grace = False
-        """The controllers take ``one-grace`` (their peer version): one grace per silence."""
         self.violations: dict[tuple[str, str, int], Violation] = {}
         self.checked: set[int] = set()
         self.short_since: dict[str, float] = {}
@@ -88,12 +88,11 @@ class Checker:
             ("its row became created", insert.created if insert else None),
             ("its mark (missing_since seen)", self.obs.marks.get((kind, handle))),
         ]
-        for evidence in rules.too_early(e.at, MISSING_TTL_S, TOL, bounds):
+        waits = destroy_after(kind, MISSING_TTL_S)
+        for evidence in rules.too_early(e.at, waits, TOL, bounds):
             self.add(Violation("rule 4: destroyed before MISSING_TTL", what, evidence, e.at))
         returns = self.obs.returns.get(w, set())
-        for evidence in rules.spans_return(
-            e.at, returns, MISSING_TTL_S, STALL_AFTER_S, TOL, bounds
-        ):
+        for evidence in rules.spans_return(e.at, returns, waits, STALL_AFTER_S, TOL, bounds):
             self.add(Violation("rule 4: stalled time counted", what, evidence, e.at))
         seen_by = self.obs.first_seen.get(e.id, e.at)
         state = rules.unchanged_over(self.obs.workers.get(w, []), e.at, seen_by)
@@ -164,7 +163,7 @@ class Checker:
         for g in gaps:
             until = g.next.sent if g.next is not None else judged_by
             silent = self.ledger.silent_between(worker, g.last.sent, until)
-            w = rules.grace_covers(g, downs, silent, STALL_AFTER_S, TOL, self.one_grace)
+            w = rules.grace_covers(g, downs, silent, STALL_AFTER_S, TOL)
             if w is None:
                 return
             covered.append((g, w))

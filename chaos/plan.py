@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from chaos.faults import LOCKABLE, ROW_LOCKS
 from chaos.settings import AGENTS_MAX, LOST_AFTER_S, MISSING_TTL_S, STALL_AFTER_S
+from reaper.core.contract import KINDS
 
 AGENT_ACTIONS = {
     "drop": 10,
@@ -140,8 +141,8 @@ def _agent_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action 
         return None
     held = fleet.held[name]
     if what in ("drop", "flap"):
-        kind = ("containers", "volumes", "tasks")[int(extra * 3)]
-        handle = _choose(sorted(held[kind]), (extra * 3) % 1)
+        kind = KINDS[int(extra * len(KINDS))]
+        handle = _choose(sorted(held[kind]), (extra * len(KINDS)) % 1)
         if handle is None:
             return None
         if what == "drop":

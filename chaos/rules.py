@@ -139,15 +139,14 @@ def grace_covers(
     silent: bool,
     stall_after: float,
     tol: float,
-    one_per_disruption: bool = False,
 ) -> Window | None:
     """The outage grace (docs/safety.md): a deadline judged more than a heartbeat late
     gives the worker ``STALL_AFTER`` from the controller's first look to beat again. A gap
     is covered when the agent kept beating through it (not ``silent``), a Temporal outage
     overlaps it, and the first acknowledged beat after the server was back came within
-    ``stall_after`` of its return; such a gap cannot justify a ``lost`` verdict. With
-    ``one_per_disruption`` (``one-grace``) only the gap's first outage counts: a second one
-    before any beat got through may be looked at late again, and gets no grace of its own."""
+    ``stall_after`` of its return; such a gap cannot justify a ``lost`` verdict. Only the
+    gap's first outage counts (``one-grace``): a second one before any beat got through may
+    be looked at late again, and gets no grace of its own."""
     n = gap.next
     if silent or n is None or n.acked is None:
         return None
@@ -155,7 +154,7 @@ def grace_covers(
         (w for w in temporal_down if w.end is not None and w.overlaps(gap.last.sent, n.sent)),
         key=lambda w: w.start,
     )
-    for w in downs[:1] if one_per_disruption else downs:
+    for w in downs[:1]:
         assert w.end is not None
         if w.end <= n.acked <= w.end + stall_after - tol:
             return w

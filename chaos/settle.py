@@ -28,13 +28,21 @@ from chaos.settings import (
     RESYNC_S,
     STALL_AFTER_S,
 )
+from reaper.core import kinds
+from reaper.core.policy.collection import destroy_after
 
-DUE_S = MISSING_TTL_S + RESYNC_S + 3 * HEARTBEAT_S + ATTEMPT_S
+DUE_S = (
+    max(MISSING_TTL_S, *(destroy_after(k, MISSING_TTL_S) for k in kinds.REPORTS))
+    + RESYNC_S
+    + 3 * HEARTBEAT_S
+    + ATTEMPT_S
+)
 """How long the rules give the controller, once a worker runs and nothing is down, for a
 handle, task or orphan to be dealt with: an absent row is marked within ``RESYNC_INTERVAL +
-2 x HEARTBEAT_INTERVAL`` (§5.3) and destroyed ``MISSING_TTL`` later, on the report asked
-for then (one more beat); an orphan is listed within ``MISSING_TTL + RESYNC_INTERVAL + 2 x
-HEARTBEAT_INTERVAL`` (§5.3); plus one activity attempt (``start_to_close``)."""
+2 x HEARTBEAT_INTERVAL`` (§5.3) and destroyed as long as its kind waits later
+(``policy.collection.destroy_after``), on the report asked for then (one more beat); an
+orphan is listed within ``MISSING_TTL + RESYNC_INTERVAL + 2 x HEARTBEAT_INTERVAL`` (§5.3);
+plus one activity attempt (``start_to_close``)."""
 STATE_DUE_S = 2 * HEARTBEAT_S + ATTEMPT_S
 """§5.3: ``state`` shows a change within ``2 x HEARTBEAT_INTERVAL``; plus one attempt."""
 REAP_DUE_S = LOST_AFTER_S + STALL_AFTER_S + ATTEMPT_S
@@ -120,7 +128,7 @@ def unmet(snap: dict[str, list[Any]], agents: Agents, ledger: Ledger) -> list[Pe
                 what = f"{name} beats but is {state.get(name)}"
                 out.append(Pending(what, None, beating_since(beats), STATE_DUE_S))
                 continue
-            for kind in ("containers", "volumes"):
+            for kind in (k.report for k in kinds.HANDLE_ROWS):
                 known = mine.get(kind, {})
                 for h, r in sorted(known.items()):
                     if r["state"] != "creating" and h not in a.held[kind]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -49,7 +49,8 @@ REPORTS = TypeAdapter(list[Report])
 """Validates the argument of signal ``report``."""
 
 KINDS_APART = "kinds-apart"
-"""Patch: each kind is collected on its own, so one blocked kind never stalls the others."""
+"""Patch (deprecated since 1.2: always taken): each kind is collected on its own, so one
+blocked kind never stalls the others."""
 
 
 @workflow.defn(name="HandleCollector")
@@ -62,7 +63,6 @@ class HandleCollector:
         """``None`` when the start input did not parse: ``run`` then ends at once (its
         liveness starts a new collector when its next report finds this one gone)."""
         self.gc = (self.start.carried if self.start else None) or CollectorState()
-        self.busy = False
         self.collecting: dict[str, asyncio.Task[None]] = {}  # kind -> its collection in flight
         self.stopping = False
         self._queue(self.start.queued if self.start else [])
@@ -106,7 +106,7 @@ class HandleCollector:
     @workflow.query(name="backlog")
     def backlog(self, *args: Any) -> int:
         """Reports queued or being processed (0 when the collector is idle)."""
-        return len(self.gc.queue) + len(self.collecting) + (1 if self.busy else 0)
+        return len(self.gc.queue) + len(self.collecting)
 
     @workflow.query(name="processed")
     def processed_reports(self, *args: Any) -> int:
@@ -137,13 +137,11 @@ class HandleCollector:
             if self.stopping:
                 await workflow.wait_condition(self._any_finished)
                 continue
-            if workflow.patched(KINDS_APART):
-                for kind in KINDS:
-                    if kind in self.gc.queue and kind not in self.collecting:
-                        report = self.gc.queue.pop(kind)
-                        self.collecting[kind] = asyncio.create_task(self._collect(report))
-            else:
-                await self._collect_in_turn()
+            workflow.deprecate_patch(KINDS_APART)
+            for kind in KINDS:
+                if kind in self.gc.queue and kind not in self.collecting:
+                    report = self.gc.queue.pop(kind)
+                    self.collecting[kind] = asyncio.create_task(self._collect(report))
             if should_continue_as_new() and not self.gc.queue and not self.collecting:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
@@ -191,18 +189,6 @@ class HandleCollector:
                 del self.collecting[kind]
                 self.gc.processed += 1
                 task.result()
-
-    async def _collect_in_turn(self) -> None:
-        """Before ``KINDS_APART``: one kind after another (histories recorded before it)."""
-        for kind in KINDS:
-            report = self.gc.queue.pop(kind, None)
-            if report is not None:
-                self.busy = True
-                try:
-                    await self._collect(report)
-                finally:
-                    self.busy = False
-                    self.gc.processed += 1
 
     async def _collect(self, r: Report) -> None:
         """Reconcile one report; destroy what is due on its evidence; tell the liveness."""
@@ -268,15 +254,14 @@ class HandleCollector:
                 dry_run=t.dry_run,
                 report=SealedReport.of(r),
             ),
-            summary=f"destroy {r.kind} missing for {t.missing_ttl:g}s",
+            summary=f"destroy {r.kind} missing for"
+            f" {policy.destroy_after(r.kind, t.missing_ttl):g}s",
         )
         if done.refused is not None:
-            # Stalled, lost or a disrupted fleet: look again after STALL_AFTER, not at
-            # every beat.
             workflow.logger.info("destroy on %s refused: %s", worker, done.refused)
-            later = workflow.now() + timedelta(seconds=t.stall_after)
             assert status.next_due is not None
-            return status.model_copy(update={"next_due": max(status.next_due, later)})
+            again = policy.destroy_retry_due(status.next_due, workflow.now(), t.stall_after)
+            return status.model_copy(update={"next_due": again})
         await tell_placed(done.replacements)
         return status.model_copy(
             update={"missing": done.status.missing, "next_due": done.status.next_due}

@@ -35,11 +35,13 @@ HISTORY_CAP = 8_000
 run nears Temporal's hard limit of 51,200 events (docs/platform-notes.md)."""
 
 CHANGE_FEED = "change-feed"
-"""Patch: the fleet monitor reads the change feed and nudges changed workers, and unchanged
-reports are re-diffed every ``FULL_RESYNC_INTERVAL`` instead of every ``RESYNC_INTERVAL``."""
+"""Patch (deprecated since 1.2: always taken): the fleet monitor reads the change feed and
+nudges changed workers, and unchanged reports are re-diffed every ``FULL_RESYNC_INTERVAL``
+instead of every ``RESYNC_INTERVAL``."""
 
 REPAIR_STUCK = "repair-stuck"
-"""Patch: the fleet monitor runs ``repair_stuck`` at every check (activities/repair.py)."""
+"""Patch (deprecated since 1.2: always taken): the fleet monitor runs ``repair_stuck`` at
+every check (activities/repair.py)."""
 
 R = TypeVar("R")
 

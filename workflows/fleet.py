@@ -133,11 +133,12 @@ class FleetMonitor:
                 summary="place owed work, reap strays",
             )
             await tell_placed(upkeep.placed)
-            if workflow.patched(CHANGE_FEED):
-                await run_activity(
-                    ReaperActivities.nudge_changed, None, summary="ask changed workers for a diff"
-                )
-            if (repair is None or repair.done()) and workflow.patched(REPAIR_STUCK):
+            workflow.deprecate_patch(CHANGE_FEED)
+            await run_activity(
+                ReaperActivities.nudge_changed, None, summary="ask changed workers for a diff"
+            )
+            if repair is None or repair.done():
+                workflow.deprecate_patch(REPAIR_STUCK)
                 if repair is not None:
                     await finish_repair(repair)
                 repair = workflow.start_activity_method(

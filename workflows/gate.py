@@ -3,7 +3,7 @@
 :class:`Gate` checks a heartbeat's or an operator signal's Ed25519 signature
 (``reaper.core.signing``) and applies ``reaper.core.policy.auth``. Everything it reads is in
 workflow history or in the workflow's state: the mode and the operator keys come with the
-run's start-up read (``begin_liveness``; ``load_timings`` in runs recorded before it), the
+run's start-up read (``begin_liveness``), the
 pin with the liveness's state (and that read's pin at the start of a run). No secret is
 involved: only public keys and signatures, so replaying an old history gives the same
 verdicts whatever the controller's settings are today.
@@ -11,7 +11,7 @@ verdicts whatever the controller's settings are today.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
     # process's module, not a sandboxed copy (a failed import there aborts the process).
     import cryptography.exceptions  # noqa: F401
 
-    from activities import ReaperActivities
     from reaper.core import signing
     from reaper.core.liveness_state import LivenessState
     from reaper.core.policy import auth
@@ -60,20 +59,6 @@ class Gate:
 
     def __init__(self, live: LivenessState) -> None:
         self.live = live
-
-    async def load_pin(self) -> None:
-        """Read the worker's pinned or enrolled key from Postgres if this run has none (a
-        first run, or one after a retirement) and authentication is on."""
-        live = self.live
-        if _mode(live) is AuthMode.off or live.agent_key is not None:
-            return
-        self.use_pin(
-            await workflow.execute_local_activity_method(
-                ReaperActivities.load_agent_key,
-                live.worker,
-                start_to_close_timeout=timedelta(seconds=10),
-            )
-        )
 
     def use_pin(self, key: str | None) -> None:
         """Hold ``key``, the pin Postgres has for the worker, if authentication is on and this

@@ -26,8 +26,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import collector_id
     from workflows.staging import (
         INLINE_KEEP_BYTES,
-        STAGE_PARALLEL,
-        STAGE_PARALLEL_WIDE,
         next_batch,
         stage_batch,
         stage_inline,
@@ -79,8 +77,8 @@ class ReportIntake:
         """Seconds after which an unchanged report is diffed again although nothing asked.
 
         Changes to the worker's rows ask for a diff through the change feed (``nudge``), so
-        this is only the safety net, ``FULL_RESYNC_INTERVAL``; runs recorded before the
-        change feed resynced every ``RESYNC_INTERVAL``. Half a heartbeat early: beats come
+        this is only the safety net, ``FULL_RESYNC_INTERVAL`` (``RESYNC_INTERVAL`` in timings
+        that carry none). Half a heartbeat early: beats come
         at near-multiples of the interval, so the decision never sits on a boundary that a
         replay could see a few ms apart.
         """
@@ -88,7 +86,7 @@ class ReportIntake:
         if t is None:
             return 0.0
         every = t.resync_interval
-        if self.live.features.change_feed and t.full_resync_interval is not None:
+        if t.full_resync_interval is not None:
             every = t.full_resync_interval
         return every - t.heartbeat_interval / 2
 
@@ -138,18 +136,17 @@ class ReportIntake:
     async def stage_chunks(self) -> None:
         """Stage queued chunks in Postgres; a report whose last chunk is in is offered.
 
-        Consecutive chunks of one report are staged up to ``STAGE_PARALLEL`` at a time
-        (``STAGE_PARALLEL_WIDE`` with ``wide-staging``; one activity each, every payload
-        under 128 KiB): a 100,000-handle report is ~50 chunks, and one round trip each in
-        sequence dominated its end-to-end time.
+        Consecutive chunks of one report are staged up to ``STAGE_PARALLEL`` at a time (one
+        activity each, every payload under 128 KiB): a 100,000-handle report is ~50 chunks,
+        and one round trip each in sequence dominated its end-to-end time. Queued chunks of
+        a report that a newer one supersedes are dropped unstaged
+        (``drop-superseded-chunks``).
         """
-        width = STAGE_PARALLEL_WIDE if self.live.features.wide_staging else STAGE_PARALLEL
         self.staging_busy = True
         try:
             while self.live.chunks:
-                if self.live.features.drop_superseded_chunks:
-                    self._drop_superseded()
-                batch = next_batch(self.live.chunks, width)
+                self._drop_superseded()
+                batch = next_batch(self.live.chunks)
                 for report, returned in await stage_batch(self.live, batch, self.reject):
                     # A report that superseded dropped chunks is diffed even if it equals
                     # the last one reconciled: a dropped report may have seen a marked

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         liveness_id,
     )
     from reaper.core.liveness_state import DrainRequest, LivenessInput, LivenessState, RunFeatures
-    from reaper.core.models import GcStatusInput
+    from reaper.core.models import DeadlinesView, GcStatusInput
     from reaper.core.policy import liveness_machine as machine
     from workflows import front_door
     from workflows.clock import DeadlineTimer
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
     from workflows.run_start import begin_run, start_input
-    from workflows.view import state_view
+    from workflows.view import deadlines_view, state_view
 
 
 @workflow.defn(name="WorkerLiveness")
@@ -211,6 +211,12 @@ class WorkerLiveness:
         """Current view (CONTRACT.md §2 query ``state``); arguments are ignored."""
         return state_view(self.live, self.intake.backlog())
 
+    @workflow.query(name="deadlines")
+    def deadlines(self, *args: Any) -> DeadlinesView:
+        """When the controller next judges the worker, and with which settings (``reaper
+        explain``); arguments are ignored."""
+        return deadlines_view(self.live)
+
     # ---- the loop ------------------------------------------------------------------------
 
     @workflow.run
@@ -244,13 +250,13 @@ class WorkerLiveness:
             if should_continue_as_new() and not live.chunks and not live.drains:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
-            # rearm-on-beat: the beat before the timer would fire re-arms it (rollout.py).
+            # rearm-on-beat: the beat before the timer would fire re-arms it.
             t = live.timings
             fired = await self.timer.wait(
                 self._next_deadline,
                 self._has_work,
                 f"{live.state.value}: next liveness deadline",
-                rearm_within=t.heartbeat_interval if t and live.features.rearm_on_beat else None,
+                rearm_within=t.heartbeat_interval if t else None,
             )
             if fired is not None:
                 for note in machine.deadline_passed(live, fired, workflow.now()):

@@ -99,32 +99,25 @@ class LivenessSteps:
     # ---- the steps ---------------------------------------------------------------------
 
     async def record_state(self) -> None:
-        """Write the worker's state to ``reaper.workers`` (and the fleet's, rule 6)."""
+        """Write the worker's state to ``reaper.workers`` (and the fleet's, rule 6), as
+        ``liveness_machine.state_record`` says."""
         live = self.live
-        state = live.state
-        reason = actor = None
-        if state is WorkerState.lost and live.reap_request is not None:
-            reason, actor = live.reap_request.reason, live.reap_request.actor
-        # A return is recorded once: its marks are cleared by that one write (and its retries).
-        new_return = state is WorkerState.running and live.recorded_return != live.returned_at
-        back = live.returned_at if new_return else None
-        before = live.recorded_state.value if live.recorded_state else "new"
-        what = f"{before} -> {state.value}" if live.recorded_state is not state else "refresh"
+        rec = machine.state_record(live, workflow.now())
+        state = rec.state
         change = WorkerStateChange(
             worker=live.worker,
             state=state,
-            at=live.state_since or workflow.now(),
+            at=rec.at,
             boot_id=live.boot_id,
             last_seq=live.last_seq if live.last_seq >= 0 else None,
             last_heartbeat_at=live.last_heartbeat_at,
-            reason=reason,
-            actor=actor,
-            returned_at=back,
-            forced_reap=live.reap_forced and state is WorkerState.lost,
+            reason=rec.reason,
+            actor=rec.actor,
+            returned_at=rec.returned_at,
+            forced_reap=rec.forced_reap,
         )
-        summary = f"{live.worker}: {what}"
-        registration = live.features.local_writes and live.recorded_state is None
-        if registration or (state is WorkerState.lost and loss_in_task(live)):
+        summary = f"{live.worker}: {rec.change}"
+        if live.recorded_state is None or (state is WorkerState.lost and loss_in_task()):
             # A registration: a local activity, as cheap as a beat's (issue 11, metric 7a). A
             # loss: written in the task that judged it (in-task-loss, issue 20 bench 4d).
             done = await run_local_activity(
@@ -133,18 +126,11 @@ class LivenessSteps:
         else:
             done = await run_activity(ReaperActivities.record_worker_state, change, summary=summary)
         live.recorded_state = state
-        if live.features.local_writes:  # what this record wrote
-            live.recorded_forced = change.forced_reap
-            live.recorded_boot_id, live.recorded_heartbeat_at = (
-                change.boot_id,
-                change.last_heartbeat_at,
-            )
-        else:  # runs recorded before lean-start: what the handlers hold now, as they did
-            live.recorded_forced = live.reap_forced and state is WorkerState.lost
-            live.recorded_boot_id = live.boot_id
-            live.recorded_heartbeat_at = live.last_heartbeat_at
-        if new_return:
-            live.recorded_return = back
+        # What this record wrote, not what arrived while it ran.
+        live.recorded_forced = change.forced_reap
+        live.recorded_boot_id, live.recorded_heartbeat_at = change.boot_id, change.last_heartbeat_at
+        if rec.returned_at is not None:
+            live.recorded_return = rec.returned_at
         self.fleet_seen = done.fleet.state if done.fleet else None
         if done.marks_cleared:
             # The return cleared every mark in Postgres: the missing counts shown (query
@@ -196,14 +182,12 @@ class LivenessSteps:
         live.agent_key, live.agent_key_recorded = stored, True
 
     async def apply_drain(self) -> None:
-        """Apply the queued drain and undrain requests, in order, in one activity (its
-        command as before them: one ``set_draining``; without ``drain-in-order``, the newest
-        alone): while ``workers.draining`` is set, nothing new is placed on the worker."""
+        """Apply the queued drain and undrain requests, in order, in one activity
+        (``drain-in-order``: one ``set_draining``): while ``workers.draining`` is set,
+        nothing new is placed on the worker."""
         live = self.live
         requests, live.drains = live.drains, []
         *earlier, req = requests
-        if not live.features.drain_in_order:
-            earlier = []  # the previous line's rule: the newest request alone
         change = DrainChange(
             worker=live.worker,
             draining=req.draining,

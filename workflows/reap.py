@@ -22,9 +22,11 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessState
     from reaper.core.models import ReapInput, ReapResult
     from reaper.core.policy.fleet import FleetState
-    from reaper.core.policy.rollout import IN_TASK_LOSS
     from workflows import front_door
-    from workflows.common import reap_id, run_activity, run_local_activity, tell_placed
+    from workflows.common import reap_id, run_local_activity, tell_placed
+
+IN_TASK_LOSS = "in-task-loss"
+"""Patch (deprecated since 1.2): see :func:`loss_in_task`."""
 
 
 @workflow.defn(name="WorkerReap")
@@ -54,20 +56,22 @@ class WorkerReap:
             dry_run=inp.dry_run,
         )
         summary = f"reap {inp.worker} ({'forced' if inp.forced else 'lost'})"
-        # in-task-loss: the input says, so a replay runs what the run ran.
-        run = run_local_activity if inp.in_task else run_activity
-        result: ReapResult = await run(ReaperActivities.reap_worker, req, summary=summary)
+        # in-task-loss: the reap's transaction in the child's first workflow task.
+        result: ReapResult = await run_local_activity(
+            ReaperActivities.reap_worker, req, summary=summary
+        )
         await tell_placed(result.replacements)
         return result
 
 
-def loss_in_task(live: LivenessState) -> bool:
-    """Whether this run writes a loss and reaps inside workflow tasks (``in-task-loss``,
-    ``reaper.core.policy.rollout``): its peer version allows it and, asked where a loss is
-    first recorded or reaped, its patch marker says so (a run of this line recorded before
-    the change has no marker there and keeps its activities in replay). The SDK remembers
-    the answer for the rest of the run; a run without the feature asks nothing."""
-    return live.features.in_task_loss and workflow.patched(IN_TASK_LOSS)
+def loss_in_task() -> bool:
+    """A loss is written and reaped inside workflow tasks (``in-task-loss``, issue 20): the
+    ``lost`` record, the fleet check before a reap and the reap's transaction are local
+    activities. Its patch is deprecated since 1.2 (always taken); the marker is recorded
+    where a run first records a loss or reaps, as a 1.1.0 controller at peer version 1.1
+    asks for it there during a rolling upgrade. Always ``True``."""
+    workflow.deprecate_patch(IN_TASK_LOSS)
+    return True
 
 
 async def reap_step(live: LivenessState, seen: str | None) -> None:
@@ -82,14 +86,13 @@ async def reap_step(live: LivenessState, seen: str | None) -> None:
     t = live.timings
     req = live.reap_request
     assert req is not None and t is not None
-    in_task = loss_in_task(live)
+    in_task = loss_in_task()
     if not live.reap_forced:
         # While the fleet is in full disruption, wait without starting a reap child per
         # attempt (the reap activity decides again, in its transaction, anyway).
         if seen is None:
-            check = run_local_activity if in_task else run_activity
             seen = (
-                await check(
+                await run_local_activity(
                     ReaperActivities.fleet_status,
                     workflow.now(),
                     summary="fleet disruption check before reaping",

@@ -22,13 +22,10 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.protocol import chunk_handles
     from workflows.common import run_activity, start_activity
 
-STAGE_PARALLEL = 4
-"""Chunks of one report staged at once (each holds a Postgres connection meanwhile) by runs
-without ``wide-staging`` (every release before 1.1)."""
-STAGE_PARALLEL_WIDE = 16
-"""Chunks of one report staged at once with ``wide-staging`` (``reaper.core.policy.rollout``):
-each activity holds a connection for its insert only (a few milliseconds; the per-report
-lock is taken after it), so a 52-chunk report takes 4 rounds of activities, not 13."""
+STAGE_PARALLEL = 16
+"""Chunks of one report staged at once (``wide-staging``, issue 20): each activity holds a
+connection for its insert only (a few milliseconds; the per-report lock is taken after it),
+so a 52-chunk report takes 4 rounds of activities (13 at 1.0's four)."""
 INLINE_KEEP_BYTES = 64 * 1024
 """A report larger than this (JSON bytes of its handles) is staged in Postgres, not kept in
 workflow state or sent to the collector in a signal (no payload near Temporal's 256 KiB)."""

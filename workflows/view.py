@@ -16,7 +16,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import KINDS, StateView
     from reaper.core.liveness_state import LivenessState
-    from reaper.core.models import CollectorState, Timings
+    from reaper.core.models import CollectorState, DeadlinesView, Timings
+    from reaper.core.policy import collection
+    from reaper.core.policy.liveness_clock import silence_deadline
     from reaper.core.policy.liveness_machine import shown_values
     from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, collector_id
 
@@ -46,6 +48,18 @@ def state_view(live: LivenessState, backlog: int) -> StateView:
             k: r.digest for k in KINDS if (r := live.unforwarded.get(k) or live.last_reports.get(k))
         },
         forwarded_reports=live.forwarded,
+    )
+
+
+def deadlines_view(live: LivenessState) -> DeadlinesView:
+    """What the ``deadlines`` query returns for ``live``: the controller's own prediction of
+    its worker's clock, for ``reaper explain``."""
+    loaded = live.timings is not None
+    return DeadlinesView(
+        state=live.state.value,
+        next_deadline=silence_deadline(live) if loaded else None,
+        grace_until=live.grace_until,
+        timings=live.timings,
     )
 
 
@@ -114,9 +128,12 @@ def collector_details(worker: str, t: Timings, gc: CollectorState) -> str:
     """The collector's current details (Markdown): per kind, what is missing and when the
     oldest falls due, orphans, and reports held back as mass drops."""
     dry = " (dry run: nothing is changed)" if t.dry_run else ""
+    waits = ", ".join(
+        f"{kind} {collection.destroy_after(kind, t.missing_ttl):g}s" for kind in KINDS
+    )
     head = (
         f"Handle GC of worker **{worker}**: a handle absent from every complete report for "
-        f"{t.missing_ttl:g}s is destroyed{dry}."
+        f"as long as its kind waits ({waits}) is destroyed{dry}."
     )
     lines = []
     for kind in KINDS:

@@ -14,14 +14,11 @@ from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
-from reaper.core import states
+from reaper.core import kinds, states
 from reaper.core.states import TaskState
 
 Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
 """Anything that runs a statement: a pool (one connection per call) or one connection."""
-
-HANDLE_TABLES = ("containers", "volumes")
-"""Tables of handles a scheduler may add rows to; a ``kind`` argument must be one of them."""
 
 
 async def open_connection(url: str, *, timeout_s: float = 5.0) -> asyncpg.Connection:
@@ -85,15 +82,14 @@ async def schema_ready(db: Db) -> bool:
 
 
 async def handle_missing_since(db: Db, kind: str, handle: str) -> datetime | None:
-    """``missing_since`` of a ``containers``/``volumes`` row; ``None`` if unmarked or gone.
+    """``missing_since`` of a row of ``kind`` (a report kind); ``None`` if unmarked or gone.
 
     Raises:
-        ValueError: ``kind`` is not a handle table.
+        ValueError: ``kind`` is not a kind of handle.
     """
-    if kind not in HANDLE_TABLES:
-        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    k = _handle_kind(kind)
     since: datetime | None = await db.fetchval(
-        f"SELECT missing_since FROM reaper.{kind} WHERE handle = $1", handle
+        f"SELECT missing_since FROM {k.table} WHERE {k.key} = $1", handle
     )
     return since
 
@@ -103,15 +99,25 @@ async def handle_present(db: Db, kind: str, handle: str) -> tuple[datetime, bool
     time and the presence belong together.
 
     Raises:
-        ValueError: ``kind`` is not a handle table.
+        ValueError: ``kind`` is not a kind of handle.
     """
-    if kind not in HANDLE_TABLES:
-        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    k = _handle_kind(kind)
     row = await db.fetchrow(
-        f"SELECT now() AS now, EXISTS (SELECT 1 FROM reaper.{kind} WHERE handle = $1) AS present",
+        f"SELECT now() AS now, EXISTS (SELECT 1 FROM {k.table} WHERE {k.key} = $1) AS present",
         handle,
     )
     return row["now"], bool(row["present"])
+
+
+def _handle_kind(kind: str) -> kinds.Kind:
+    """The kind ``kind`` names (a report kind); its table and key are fixed identifiers.
+
+    Raises:
+        ValueError: ``kind`` is not a report kind (``reaper.core.kinds.REPORTS``).
+    """
+    if kind not in kinds.REPORTS:
+        raise ValueError(f"kind must be one of {kinds.REPORTS}, not {kind!r}")
+    return kinds.kind(kind)
 
 
 class EventRow(NamedTuple):

@@ -4,8 +4,8 @@ demo. The controller never calls these."""
 
 from __future__ import annotations
 
-from reaper.cli.read import HANDLE_TABLES, Db
-from reaper.core import states
+from reaper.cli.read import Db
+from reaper.core import kinds, states
 from reaper.core.states import HandleState
 
 
@@ -21,17 +21,19 @@ async def add_service(db: Db, name: str, desired_count: int) -> None:
 
 
 async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
-    """Insert a ``created`` row for ``handle`` on ``worker`` in table ``kind``
-    (``containers`` or ``volumes``).
+    """Insert a ``created`` row for ``handle`` on ``worker`` of ``kind`` (a report kind
+    whose rows have handle states: ``containers``, ``volumes``).
 
     Raises:
-        ValueError: ``kind`` is not a handle table.
+        ValueError: ``kind`` is not such a kind.
         asyncpg.UniqueViolationError: the handle exists.
     """
-    if kind not in HANDLE_TABLES:
-        raise ValueError(f"kind must be one of {HANDLE_TABLES}, not {kind!r}")
+    rows = {k.report: k for k in kinds.HANDLE_ROWS}
+    if kind not in rows:
+        raise ValueError(f"kind must be one of {tuple(rows)}, not {kind!r}")
+    k = rows[kind]
     await db.execute(
-        f"INSERT INTO reaper.{kind} (handle, worker, state) VALUES ($1, $2, $3)",
+        f"INSERT INTO {k.table} ({k.key}, worker, state) VALUES ($1, $2, $3)",
         handle,
         worker,
         HandleState.created.value,

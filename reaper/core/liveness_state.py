@@ -41,40 +41,10 @@ class Staging(BaseModel):
 
 
 class RunFeatures(BaseModel):
-    """What a liveness run does, decided once at its start by its patch markers and the peer
-    version its start-up read recorded (``workflows/run_start.py``), both in its history; a
-    new run decides again."""
-
-    local_writes: bool = False
-    """``lean-start``: the registration and the heartbeat refreshes of the worker's row are
-    local activities, and a record remembers what it wrote, not what arrived meanwhile."""
-    refresh_at_bound: bool = False
-    """``refresh-at-bound``: refreshes once the row's lag nears ``STALL_AFTER``."""
-    change_feed: bool = False
-    """``change-feed``: an unchanged report is re-diffed every ``FULL_RESYNC_INTERVAL``."""
-    rearm_on_beat: bool = False
-    """``rearm-on-beat`` (``reaper.core.policy.rollout``): a beat's own workflow task re-arms
-    the deadline timer before it would fire (``liveness_clock.rearm_due``); decided by the
-    peer version the run's start-up read recorded, not by a patch marker."""
-    wide_staging: bool = False
-    """``wide-staging`` (``reaper.core.policy.rollout``): up to 16 chunks staged at once, not
-    4; decided as ``rearm_on_beat`` is."""
-    drop_superseded_chunks: bool = False
-    """``drop-superseded-chunks`` (``reaper.core.policy.rollout``): queued chunks of a report
-    that a newer one of its kind supersedes are never staged; decided as ``rearm_on_beat``
-    is."""
-    one_grace: bool = False
-    """``one-grace`` (``reaper.core.policy.rollout``): consecutive late looks in one silence
-    share one outage grace (``policy.liveness.outage_grace``); decided as ``rearm_on_beat``
-    is."""
-    drain_in_order: bool = False
-    """``drain-in-order`` (``reaper.core.policy.rollout``): one ``set_draining`` applies
-    every queued drain and undrain request, not only the newest; decided as
-    ``rearm_on_beat`` is."""
-    in_task_loss: bool = False
-    """``in-task-loss`` (``reaper.core.policy.rollout``): the ``lost`` record, the fleet check
-    before a reap and the reap child's transaction are local activities; decided as
-    ``rearm_on_beat`` is, and by its patch marker."""
+    """What a liveness run does beyond what every run of this line does, decided once at its
+    start from the peer version its start-up read recorded (``workflows/run_start.py``,
+    ``reaper.core.policy.rollout``), so a replay decides the same; a new run decides again.
+    Empty while no change waits for a peer version (1.2 made every change of 1.1 the rule)."""
 
 
 class DrainRequest(BaseModel):

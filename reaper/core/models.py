@@ -39,8 +39,8 @@ class Timings(BaseModel):
     # Absent from histories recorded before the change feed: those resync every
     # ``resync_interval`` (patch ``change-feed``).
     full_resync_interval: float | None = None
-    # Absent from histories recorded before ``REAPER_PEER_VERSION``: those ran as the
-    # previous line's code did (``reaper.core.policy.rollout``).
+    # The controller's REAPER_PEER_VERSION, recorded by each run's start-up read: which
+    # command changes the run takes (``reaper.core.policy.rollout``).
     peer_version: str = DEFAULT_PEER_VERSION
 
     @classmethod
@@ -196,10 +196,29 @@ class ReapInput(BaseModel):
     lost_after: float = 300.0
     last_heartbeat_at: datetime | None = None
     dry_run: bool = False
-    in_task: bool = False
-    """``in-task-loss`` (``reaper.core.policy.rollout``): the reap's transaction runs as a local
-    activity in the child's first workflow task. Absent (older liveness runs, anyone else's
-    start): an activity."""
+    in_task: bool = True
+    """``in-task-loss``: the reap's transaction runs as a local activity in the child's first
+    workflow task. Always so since 1.2; sent as ``True`` for a 1.1.0 controller serving
+    beside this release, which reads it."""
+
+
+class DeadlinesView(BaseModel):
+    """Query ``deadlines`` of a liveness (not in the contract; ``reaper explain`` asks it):
+    when the controller next judges the worker, by the settings it judges it with.
+
+    Attributes:
+        state: the worker's state, as the ``state`` query says.
+        next_deadline: when its silence next moves it (UTC): ``STALL_AFTER`` or
+            ``LOST_AFTER`` after its last beat, never before an outage grace ends; ``None``
+            before its first beat and once it is lost.
+        grace_until: the end of an outage grace (UTC), if one was granted.
+        timings: the settings the liveness's run read (the controller's, not the shell's).
+    """
+
+    state: str
+    next_deadline: datetime | None = None
+    grace_until: datetime | None = None
+    timings: Timings | None = None
 
 
 class ReapResult(BaseModel):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
+from reaper.core import kinds
 from reaper.core.contract import WorkerState
 
 
@@ -154,9 +155,10 @@ STARTING_TASKS = states(TASKS, lambda m: m.starts)
 BEING_CREATED = states(HANDLES, lambda m: m.being_created)
 
 MARKABLE: dict[str, list[str]] = {
-    "containers": states(HANDLES, lambda m: m.markable),
-    "volumes": states(HANDLES, lambda m: m.markable),
-    "tasks": states(TASKS, lambda m: m.markable),
+    k.report: states(TASKS, lambda m: m.markable)
+    if k.task
+    else states(HANDLES, lambda m: m.markable)
+    for k in kinds.ALL
 }
 """Row states a report may mark missing, per report kind (rule 2: never a row being
 created, never a ``pending`` task, which its worker has not started yet)."""

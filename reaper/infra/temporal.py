@@ -17,17 +17,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
-    Interceptor,
     PollerBehaviorSimpleMaximum,
     UnsandboxedWorkflowRunner,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
     WorkflowRunner,
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from reaper.core.contract import DEFAULT_ADDRESS
-from reaper.core.policy.rollout import PEER_VERSION_EXTERN
 from reaper.infra.db import CONNECT_DEADLINE_S, with_backoff
 
 log = logging.getLogger("reaper.temporal")
@@ -206,26 +202,3 @@ def workflow_task_polling(pollers: int) -> dict[str, Any]:
         "workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(pollers),
         "nonsticky_to_sticky_poll_ratio": SHARED_QUEUE_POLL_SHARE,
     }
-
-
-class PeerVersionGate(Interceptor):
-    """Gives the controller's workflows its ``REAPER_PEER_VERSION`` as the extern function
-    ``reaper.core.policy.rollout.PEER_VERSION_EXTERN`` (the SDK's channel from a worker into
-    its workflows, sandboxed or not). Only a new liveness run asks it, outside replay, to
-    decide whether its first workflow task may register the worker (``one-task-start``); the
-    answer is recorded as a patch marker, so a replay reads the history, never the setting.
-
-    Args:
-        peer_version: the controller's setting, a line of ``rollout.RELEASE_LINES``.
-    """
-
-    def __init__(self, peer_version: str) -> None:
-        self.peer_version = peer_version
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor] | None:
-        """Adds the extern function; intercepts nothing (returns ``None``)."""
-        peer = self.peer_version
-        input.unsafe_extern_functions[PEER_VERSION_EXTERN] = lambda: peer
-        return None

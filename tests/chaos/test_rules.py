@@ -131,13 +131,12 @@ def test_grace_covers(gap, silent, covered):
 
 def test_one_grace_covers_only_the_first_outage_of_a_gap():
     """Two outages before any beat got through: with ``one-grace`` the second gets no grace
-    of its own, so a beat within STALL_AFTER of its end covers nothing; without, it does."""
+    of its own, so a beat within STALL_AFTER of its end covers nothing."""
     downs = [*DOWN, Window("temporal-down", 19.0, 30.0)]
     gap = Gap(beat(3.5), beat(30.5))
-    assert grace_covers(gap, downs, False, STALL, TOL) == downs[1]
-    assert grace_covers(gap, downs, False, STALL, TOL, one_per_disruption=True) is None
-    first = Gap(beat(3.5), beat(18.5))  # through after the first: covered either way
-    assert grace_covers(first, downs, False, STALL, TOL, one_per_disruption=True) == DOWN[0]
+    assert grace_covers(gap, downs, False, STALL, TOL) is None
+    first = Gap(beat(3.5), beat(18.5))  # through after the first: covered
+    assert grace_covers(first, downs, False, STALL, TOL) == DOWN[0]
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,76 @@ async def test_explain_a_stalled_worker_a_missing_container_and_a_reaped_task(
             out = await run_cli("explain", *args, "--database-url", db_url, env=env)
             assert out.returncode == 0, out.stderr
             print(out.stdout)
+
+
+CTL = dict(heartbeat_interval=2.0, stall_after=8, lost_after=16, missing_ttl=30)
+"""The controller's timings in the test below; the shell's differ (``SHELL``)."""
+SHELL = {"REAPER_STALL_AFTER": "40s", "REAPER_LOST_AFTER": "10m", "REAPER_HEARTBEAT_INTERVAL": "5s"}
+BOUND_S = 2 * CTL["heartbeat_interval"] + 1.0
+"""CONTRACT.md §5.3: a worker's ``state`` and ``state_since`` show a change within 2 x
+HEARTBEAT_INTERVAL; plus the deadline timer's slack and a second of Postgres' clock against
+the controller's."""
+
+
+async def _state_since(pool: asyncpg.Pool, worker: str, state: str) -> datetime:
+    row = await eventually(
+        lambda: pool.fetchrow(
+            "SELECT state, state_since FROM reaper.workers WHERE name = $1", worker
+        ),
+        lambda r: r is not None and r["state"] == state,
+        timeout=60,
+        what=f"{worker} {state}",
+    )
+    return row["state_since"]
+
+
+async def test_explain_predicts_the_controllers_deadline_through_an_outage_grace(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, db_url: str
+) -> None:
+    """``reaper explain`` judges with the controller's timings, not the shell's (which say
+    STALL_AFTER 40 s here), and with its outage grace: each due time it gives comes true
+    within the time rule's bound. The worker stalls on time; the controller is then down
+    across its LOST_AFTER, looks at it late and grants a grace (STALL_AFTER from that look);
+    explain then says lost at the grace's end, and so it is."""
+    from datetime import timedelta
+
+    client, tq = dev_env.client, f"tq-due-{uuid.uuid4().hex[:8]}"
+    w = f"due-{uuid.uuid4().hex[:6]}"
+    env = {"REAPER_TEMPORAL_ADDRESS": client.service_client.config.target_host, **SHELL}
+    env["REAPER_TASK_QUEUE"] = tq
+    settings = make_settings(**CTL)
+    options = {"sticky_queue_schedule_to_start_timeout": timedelta(seconds=1)}
+    async with controller(client, pool, settings, tq, **options):
+        for seq in (0, 1):
+            await send(client, tq, beat(w, seq))
+        await eventually(lambda: query_state(client, w), lambda v: v.last_seq == 1, what="beat")
+        running = await explain(env, db_url, "worker", w)
+        assert running["timings"].startswith("the controller's"), running
+        assert running["next"].startswith("stalled at"), running
+        stall_due = datetime.fromisoformat(running["due_at"])
+        last = (await query_state(client, w)).last_heartbeat_at
+        assert last is not None and (stall_due - last).total_seconds() == CTL["stall_after"]
+        stalled_at = await _state_since(pool, w, "stalled")
+        assert 0 <= (stalled_at - stall_due).total_seconds() <= BOUND_S, (stalled_at, stall_due)
+    # Down across its LOST_AFTER: the deadline (last + 16 s) is looked at late.
+    lost_due = last + timedelta(seconds=CTL["lost_after"])
+    await eventually(
+        lambda: pool.fetchval("SELECT now()"),
+        lambda now: now > lost_due + timedelta(seconds=2 * CTL["heartbeat_interval"]),
+        timeout=60,
+        poll=0.5,
+        what="past the lost deadline by more than a heartbeat interval",
+    )
+    async with controller(client, pool, settings, tq, **options):
+        graced = await eventually(
+            lambda: explain(env, db_url, "worker", w),
+            lambda out: any("outage grace until" in n for n in out["notes"]),
+            timeout=30,
+            poll=0.5,
+            what="the late look's grace",
+        )
+        assert graced["state"] == "stalled" and graced["next"].startswith("lost at"), graced
+        grace_end = datetime.fromisoformat(graced["due_at"])
+        assert grace_end > lost_due + timedelta(seconds=CTL["heartbeat_interval"]), graced
+        lost_at = await _state_since(pool, w, "lost")
+        assert 0 <= (lost_at - grace_end).total_seconds() <= BOUND_S, (lost_at, grace_end)

@@ -24,23 +24,15 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 
-from reaper.core.policy import rollout
-from reaper.core.policy.rollout import ONE_TASK_START, RELEASE_LINES
+from reaper.core.policy.rollout import RELEASE_LINES
 from tests.support.controller import evicting_controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, query_state, send
 from tests.support.polling import eventually
 from tests.support.upgrade import features, replay_failures
 from workflows.common import collector_id, liveness_id
+from workflows.run_start import ONE_TASK_START
 
 TIMINGS = dict(heartbeat_interval=2.0, stall_after=6, lost_after=60, missing_ttl=6)
-
-
-@pytest.fixture(autouse=True)
-def one_task_start_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests hold ``one-task-start`` on for the in-process controllers whatever the
-    release's switch (``rollout.ONE_TASK_START_ON``) says (``rollout`` is passed through the
-    sandbox, so the controllers see the same module)."""
-    monkeypatch.setattr(rollout, "ONE_TASK_START_ON", True)
 
 
 @asynccontextmanager
@@ -174,8 +166,7 @@ the same eviction (1 of 5 runs). A controller sized as docs/capacity.md says nev
 full cache (10,000 workflows, about 1,330 workers a replica)."""
 
 
-@pytest.mark.parametrize("peer", RELEASE_LINES)
-async def test_beats_that_arrive_during_the_first_tasks_read(dev_env, pool, peer) -> None:
+async def test_beats_that_arrive_during_the_first_tasks_read(dev_env, pool) -> None:
     """The start-up read of a new worker waits on a lock of ``reaper.agent_keys`` while beats
     and a drain arrive and another liveness needs the controller's one cached workflow:
     every beat and the drain are applied, nothing fails or needs a second try, and the
@@ -184,7 +175,7 @@ async def test_beats_that_arrive_during_the_first_tasks_read(dev_env, pool, peer
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     suffix = uuid.uuid4().hex[:6]
     w, other = f"quick-{suffix}", f"other-{suffix}"
-    settings = make_settings(**TIMINGS, peer_version=peer)
+    settings = make_settings(**TIMINGS)
     async with evicting_controller(client, pool, settings, tq):
         await send(client, tq, beat(other, 0))
         await eventually(
@@ -236,9 +227,9 @@ async def test_a_run_started_at_one_peer_version_continues_at_the_other(
 ) -> None:
     """A controller at one peer version registers a worker and stops; one at the other takes
     the liveness on (and its next runs, where the dev server suggests a continue-as-new): no
-    failed task, only a first run started at this line carries the marker, and every run replays
-    without a setting (the marker alone decides; a run of a lone WorkflowExecutionStarted is
-    left out: the SDK's Replayer does not return from one)."""
+    failed task, the first run carries the marker, and every run replays without a setting
+    (a run of a lone WorkflowExecutionStarted is left out: the SDK's Replayer does not return
+    from one)."""
     client: Client = dev_env.client
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     w = f"h-{uuid.uuid4().hex[:6]}"
@@ -258,7 +249,7 @@ async def test_a_run_started_at_one_peer_version_continues_at_the_other(
     marker = f"MARKER_RECORDED:core_patch:{ONE_TASK_START}"
     assert st.state == "running"
     assert failed == []
-    assert (marker in features(histories[0])) is (started == RELEASE_LINES[-1])
+    assert marker in features(histories[0])
     assert not any(marker in features(h) for h in histories[1:])
     for h in histories:
         if any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in h.events):

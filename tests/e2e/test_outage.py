@@ -712,7 +712,7 @@ async def armed_for(client: Client, workflow_id: str, due: datetime) -> bool:
 
 
 async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, tmp_path):
-    """``one-grace`` (REAPER_PEER_VERSION=1.1): a dead worker's silence spans two controller
+    """``one-grace``: a dead worker's silence spans two controller
     outages. The first late look grants the outage grace; the second, late again with no
     beat and no look on time between, grants none, and the worker is lost at that look, not
     STALL_AFTER after it. Queue waits longer than a heartbeat interval made every look late,
@@ -723,7 +723,7 @@ async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, 
         client.service_client.config.target_host,
         db_url,
         tmp_path / "controller.log",
-        {**FAST, "REAPER_PEER_VERSION": "1.1"},
+        FAST,
     )
     reports = await register_fleet(pool)
     dead = list(reports)[-1]
@@ -763,8 +763,8 @@ async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, 
             )
             assert st is not None and st.state_since is not None
             notes = f"grace until {grace_end}, looked at {looked}{await evidence(pool, ctl)}"
-            # Lost at the late look itself (the same workflow task): without one-grace it was
-            # stalled STALL_AFTER more, and lost only at an on-time look after that.
+            # Lost at the late look itself (the same workflow task): 1.0 (without one-grace)
+            # stalled it STALL_AFTER more, and lost it only at an on-time look after that.
             assert abs((st.state_since - looked).total_seconds()) < 0.01, notes
             log = ctl.log.read_text(errors="replace")
             assert len(re.findall(rf"{dead}: deadline judged [\d.]+s late: grace", log)) == 1, notes

@@ -39,9 +39,9 @@ from reaper.core.contract import StateView
 from tests.support.controller import ControllerProcess, controller, make_settings
 from tests.support.heartbeats import beat, failed_tasks, send
 from tests.support.polling import eventually
-from worker import replay_check
 from workflows import WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id
+from workflows.replay import replay_check
 
 TIMINGS = dict(
     heartbeat_interval=1,

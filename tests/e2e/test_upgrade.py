@@ -4,7 +4,8 @@ and both may serve the same task queue during a rolling upgrade.
 The previous release (``tests/support/releases.py``: the newest release in releases.toml
 older than the code under test, else commit 082a540) is exported from the repository's own
 history with ``git archive``, and its controller (its own ``python worker.py``, importing its
-own packages, not the ones installed here: checked before it starts) runs against a Temporal
+own packages, not the ones installed here: checked before it starts; at its own line's
+``REAPER_PEER_VERSION``, as CHANGELOG.md's upgrade path requires) runs against a Temporal
 dev server and a Postgres database of this test's own. Simulated agents beat every second
 and the scheduler's rows are inserted directly. Every worker drains, so that no worker is
 placeable; the previous release alone loses a silent worker (``w-owed``: reaped, its
@@ -14,7 +15,8 @@ in every step:
 - a handle waiting out its ``MISSING_TTL`` (``c-h-1`` of ``w-handle``, dropped);
 - a stalled worker about to be lost (``w-stall``, silent, its task running);
 - a reap in progress (``w-reap`` force-reaped while another session holds its task's row:
-  the reap activity's attempts fail at the lock timeout and are retried);
+  the reap's transaction, a local activity in the reap child's first workflow task since
+  ``in-task-loss``, waits on the lock and is retried at its timeout);
 - an owed replacement (``w-owed``'s);
 - a worker in the middle of a retire (``w-retire``, its ``retire_worker`` attempts held by
   the same lock).
@@ -258,6 +260,22 @@ async def pending_attempt(client: Client, workflow_id: str, activity: str) -> tu
     return 0, ""
 
 
+async def reap_blocked(client: Client, pool: asyncpg.Pool, workflow_id: str) -> bool:
+    """Whether the reap ``workflow_id`` has started and a transaction of this database waits
+    on a row lock (the reap's, on the task row the test's session holds)."""
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    waiting = await pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND query LIKE '%reaper.tasks%'"
+    )
+    return bool(waiting)
+
+
 def until(fn, check, *, timeout: float, what: str, poll: float = POLL_S):  # type: ignore[no-untyped-def]
     """:func:`eventually`, looking every ``POLL_S`` unless told."""
     return eventually(fn, check, timeout=timeout, what=what, poll=poll)
@@ -283,8 +301,12 @@ async def test_the_current_release_takes_over_the_previous_releases_work(
     tl = Timeline()
     began = time.monotonic()
     release = old_release.release
+    # The previous release runs at its own line, as the CHANGELOG's upgrade path requires of
+    # a fleet before this release takes it over (every run it started records that line).
+    own_line = ".".join(release.version.split(".")[:2]) if release.version else None
+    old_env = TIMINGS | ({"REAPER_PEER_VERSION": own_line} if own_line else {})
     old = ControllerProcess(
-        server.address, db_url, tmp_path / "old.log", TIMINGS, root=old_release.root
+        server.address, db_url, tmp_path / "old.log", old_env, root=old_release.root
     )
     # Once the previous release no longer serves, the operator raises the peer version
     # (CHANGELOG.md's Upgrade): the sequential hand-over runs the current line's commands
@@ -401,13 +423,15 @@ async def run_scenario(
         await client.get_workflow_handle(liveness_id(RETIRE)).signal(
             "retire", {"reason": "scale-in"}
         )
-        reap = await until(
-            lambda: pending_attempt(client, reap_id(REAP, 1), "reap_worker"),
-            lambda a: a[0] >= 2,
+        # The reap's transaction runs as a local activity in the reap child's first workflow
+        # task (in-task-loss): no pending activity to describe; it waits on the held row.
+        await until(
+            lambda: reap_blocked(client, pool, reap_id(REAP, 1)),
+            bool,
             timeout=60,
-            what="the reap retried",
+            what="the reap waiting on the held row",
         )
-        tl.phase(f"reap of {REAP} at attempt {reap[0]} ({reap[1]})")
+        tl.phase(f"reap of {REAP} in its child's first task, waiting on {TASKS[REAP]}'s lock")
         retire = await until(
             lambda: pending_attempt(client, liveness_id(RETIRE), "retire_worker"),
             lambda a: a[0] >= 2,
@@ -571,20 +595,22 @@ async def in_flight(
         RETIRE,
         TASKS[RETIRE],
     )
-    reap = await pending_attempt(client, reap_id(REAP, 1), "reap_worker")
+    # The reap child still running (its transaction waits on the lock, or backs off
+    # between attempts), its task untouched.
+    reap = (await client.get_workflow_handle(reap_id(REAP, 1)).describe()).close_time is None
     retire = await pending_attempt(client, liveness_id(RETIRE), "retire_worker")
     now = tl.at()
     assert now < tl.at(destroy_due) and now < tl.at(lost_due), (
         "the set-up took longer than MISSING_TTL or LOST_AFTER: nothing timed is in flight"
     )
     assert row["marked"] is not None and row["stall"] == "stalled", dict(row)
-    assert row["reap_task"] == "running" and reap[0] >= 2, (dict(row), reap)
+    assert row["reap_task"] == "running" and reap, dict(row)
     assert row["retire"] != "retired" and row["retire_task"] == "running", dict(row)
     assert retire[0] >= 2 and row["owed"] == 1, (dict(row), retire)
     tl.phase(
         f"in flight: {DROPPED} missing, destroy due at {tl.at(destroy_due):.1f} s;"
-        f" {STALL} stalled, lost due at {tl.at(lost_due):.1f} s; reap of {REAP} at attempt"
-        f" {reap[0]}; retirement of {RETIRE} at attempt {retire[0]}; 1 replacement owed"
+        f" {STALL} stalled, lost due at {tl.at(lost_due):.1f} s; reap of {REAP} waiting on"
+        f" its lock; retirement of {RETIRE} at attempt {retire[0]}; 1 replacement owed"
     )
 
 

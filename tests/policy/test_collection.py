@@ -11,7 +11,10 @@ from reaper.core.contract import WorkerState
 from reaper.core.policy.collection import (
     carries_also_seen,
     coalesce,
+    destroy_after,
+    destroy_cutoff,
     destroy_refused,
+    destroy_retry_due,
     is_due,
     mass_drop_held,
     next_due,
@@ -223,3 +226,39 @@ def test_only_the_newest_queued_report_of_each_kind_is_staged() -> None:
         True,
         False,
     ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "waits"),
+    [("containers", 300.0), ("container", 300.0), ("volumes", 300.0), ("tasks", 300.0)],
+)
+def test_every_kind_waits_missing_ttl(kind, waits):
+    """Rule 4: one MISSING_TTL for every kind (``reaper.core.kinds``: ``ttl_multiple`` 1);
+    a report key or a word names the kind."""
+    assert destroy_after(kind, 300.0) == waits
+    assert next_due(kind, T0, 300.0) == T0 + timedelta(seconds=waits)
+
+
+def test_a_kind_that_waits_longer_waits_longer_everywhere(monkeypatch):
+    """What one row's ``ttl_multiple`` changes: the wait, the cutoff and the due time."""
+    from reaper.core import kinds
+
+    longer = kinds.Kind("volumes", "volume", "reaper.volumes", ttl_multiple=2.0)
+    monkeypatch.setitem(kinds._BY_NAME, "volumes", longer)
+    assert destroy_after("volumes", 300.0) == 600.0
+    assert destroy_cutoff("volumes", T0, 300.0) == T0 - timedelta(seconds=600)
+    assert next_due("volumes", T0, 300.0) == T0 + timedelta(seconds=600)
+    assert destroy_after("containers", 300.0) == 300.0
+
+
+@pytest.mark.parametrize(
+    ("due_in", "refused_in", "again_in"),
+    [
+        (0, 10, 40),  # due now, refused 10 s on: STALL_AFTER (30) after the refusal
+        (0, 0, 30),
+        (100, 0, 100),  # its own due time is later: kept
+    ],
+)
+def test_a_refused_destroy_is_looked_at_again_after_stall_after(due_in, refused_in, again_in):
+    due, refused = T0 + timedelta(seconds=due_in), T0 + timedelta(seconds=refused_in)
+    assert destroy_retry_due(due, refused, 30.0) == T0 + timedelta(seconds=again_in)

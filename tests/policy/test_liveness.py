@@ -11,10 +11,12 @@ from reaper.core.contract import WorkerState
 from reaper.core.policy.liveness import (
     MAX_REMEMBERED_BOOT_IDS,
     Fence,
+    ReturnMarks,
     clock_is_stale,
     fence,
     is_return,
     judge_liveness,
+    marks_at_record,
     next_deadline,
     outage_grace,
     remember_boot,
@@ -126,23 +128,6 @@ def test_outage_grace_once_per_disruption():
 
 
 @pytest.mark.parametrize(
-    "last_beat, recorded, expected",
-    [
-        (at(10), None, False),  # never written: the state record writes the row, not this
-        (at(0), at(0), False),  # just written
-        (at(10), at(0), False),  # one beat at the defaults (10 s of 30 s): not yet
-        (at(14.9), at(0), False),
-        (at(15), at(0), True),  # half of STALL_AFTER: write, so a late beat stays within it
-        (at(20), at(0), True),  # the second beat at the defaults: every other beat
-        (at(29), at(0), True),
-    ],
-)
-def test_when_the_workers_row_heartbeat_is_refreshed(last_beat, recorded, expected):
-    """CONTRACT.md §5.3: ``last_heartbeat_at`` in the row lags by at most STALL_AFTER (30)."""
-    assert row_refresh_due(last_beat, recorded, 30) is expected
-
-
-@pytest.mark.parametrize(
     "last_beat, recorded, stall_after, interval, expected",
     [
         (at(10), None, 30, 10, False),  # never written: the state record writes the row
@@ -159,9 +144,11 @@ def test_when_the_workers_row_heartbeat_is_refreshed(last_beat, recorded, expect
         (at(30), at(0), 60, 1, False),  # the old rule's point: no write yet
     ],
 )
-def test_refresh_at_bound(last_beat, recorded, stall_after, interval, expected):
-    """Runs with the ``refresh-at-bound`` patch: the lag a reader can see stays under
-    ``STALL_AFTER`` (CONTRACT.md §5.3) with a write every third beat at the defaults."""
+def test_when_the_workers_row_heartbeat_is_refreshed(
+    last_beat, recorded, stall_after, interval, expected
+):
+    """The lag a reader can see stays under ``STALL_AFTER`` (CONTRACT.md §5.3) with a write
+    every third beat at the defaults (``refresh-at-bound``)."""
     assert row_refresh_due(last_beat, recorded, stall_after, interval) is expected
 
 
@@ -177,3 +164,24 @@ def test_refresh_at_bound(last_beat, recorded, stall_after, interval, expected):
 def test_a_stale_clock_is_told_by_a_timer_that_fired_early(now, deadline, stale):
     """sdk-core applies a legacy query's trailing events on the previous task's clock."""
     assert clock_is_stale(now, deadline) is stale
+
+
+@pytest.mark.parametrize(
+    ("recorded", "since", "new", "returned", "expected"),
+    [
+        (None, None, R, None, ReturnMarks()),  # a registration
+        (S, at(0), R, at(40), ReturnMarks(clear=True, cleared=True)),  # back from stalled
+        (L, at(0), R, None, ReturnMarks(clear=True, cleared=True)),  # back from lost
+        # A silence the liveness could not judge in time: the row still says running since
+        # before the return.
+        (R, at(0), R, at(40), ReturnMarks(clear=True, restamp=True, cleared=True)),
+        (R, at(40), R, at(40), ReturnMarks(cleared=True)),  # a retry: cleared already
+        (R, at(0), R, None, ReturnMarks()),  # a refresh, no return
+        (R, at(0), S, None, ReturnMarks()),  # a stall clears nothing
+        (S, at(0), L, None, ReturnMarks()),
+        (L, at(0), "retired", None, ReturnMarks()),
+    ],
+)
+def test_what_recording_a_state_does_to_the_marks(recorded, since, new, returned, expected):
+    """Rule 4: time stalled or lost does not count; a return clears every mark once."""
+    assert marks_at_record(recorded, since, new, returned) == expected

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from reaper.core.contract import Heartbeat, ReasonInput, WorkerState
-from reaper.core.liveness_state import DrainRequest, LivenessState, RunFeatures
+from reaper.core.liveness_state import DrainRequest, LivenessState
 from reaper.core.models import Report, Timings
 from reaper.core.policy.liveness_machine import (
     Authenticated,
@@ -23,6 +23,7 @@ from reaper.core.policy.liveness_machine import (
     decide,
     due_steps,
     next_deadline,
+    state_record,
 )
 from tests.support.controller import make_settings
 
@@ -49,7 +50,6 @@ def value(**kw: Any) -> LivenessState:
         recorded_boot_id="b",
         recorded_heartbeat_at=T0,
         shown=("running", 0),
-        features=RunFeatures(local_writes=True, refresh_at_bound=True, change_feed=True),
     )
     base.update(kw)
     return LivenessState(**base)
@@ -195,17 +195,10 @@ def test_a_deadline_judged_late_grants_the_outage_grace():
     assert next_deadline(live) == at(390)
 
 
-def one_grace(**kw: Any) -> LivenessState:
-    """A value whose run takes ``one-grace`` (peer version 1.1)."""
-    live = value(**kw)
-    live.features.one_grace = True
-    return live
-
-
 def test_consecutive_late_looks_share_one_grace():
     """Queue waits longer than a heartbeat interval made every look late; each granted a new
     grace and a dead worker was never lost (issue 20, bench 7d). One per disruption now."""
-    live = one_grace()
+    live = value()
     decide(live, at(30 + 60), Clock())  # the stall look, 60 s late: grace until 120
     assert live.state is WorkerState.stalled and live.grace_until == at(120)
     assert next_deadline(live) == at(300)
@@ -214,16 +207,8 @@ def test_consecutive_late_looks_share_one_grace():
     assert out.notes and "no further grace" in out.notes[0]
 
 
-def test_runs_without_one_grace_grant_one_at_every_late_look():
-    """What runs recorded before ``one-grace`` (peer version 1.0) decide: replay unchanged."""
-    live = value()
-    decide(live, at(90), Clock())
-    decide(live, at(360), Clock())
-    assert live.state is WorkerState.stalled and live.grace_until == at(390)
-
-
 def test_a_look_on_time_between_makes_the_next_late_look_a_new_disruption():
-    live = one_grace()
+    live = value()
     decide(live, at(90), Clock())
     assert live.graced_at == at(90)
     assert deadline_passed(live, at(200), at(200.25)) == []  # a retry timer, on time
@@ -236,7 +221,7 @@ def test_a_timer_a_beat_moved_on_neither_grants_nor_spends_the_grace():
     """A timer armed before a beat fires in the beat's own task, late (the SDK applies the
     beat first): it says nothing about a silence that has not begun. Were it to spend the
     grace, an outage right after would reap a live worker (review of one-grace)."""
-    live = one_grace()
+    live = value()
     decide(live, at(45), Authenticated(beat(6)))  # beat at 45, in a task 15 s late
     assert deadline_passed(live, at(30), at(45)) == []  # the stall timer armed for 30
     assert live.graced_at is None and live.grace_until is None
@@ -247,14 +232,14 @@ def test_a_timer_a_beat_moved_on_neither_grants_nor_spends_the_grace():
 
 
 def test_a_late_look_is_judged_once_however_often_its_task_asks():
-    live = one_grace()
+    live = value()
     decide(live, at(90), Clock())
     assert len(deadline_passed(live, at(300), at(360))) == 1  # the timer: no further grace
     assert deadline_passed(live, at(300), at(360)) == []  # the clock, in the same task
 
 
 def test_a_beat_ends_the_silence_and_its_grace():
-    live = one_grace()
+    live = value()
     decide(live, at(90), Clock())
     assert decide(live, at(100), Authenticated(beat(6))).outcome.verdict == "returned"
     assert live.graced_at is None and live.grace_until is None
@@ -315,3 +300,24 @@ def test_drain_requests_queue_in_order_and_are_due_until_applied():
     again = decide(live, at(3), Drain(DrainRequest(draining=False, reason="again")))
     assert again.outcome.verdict == "noted" and "sets the same" in (again.outcome.reason or "")
     assert [(r.draining, r.reason) for r in live.drains] == [(True, "upgrade"), (False, "done")]
+
+
+def test_what_a_state_record_writes_and_says():
+    """The reason and actor of a state's events row, and a return written once (rule 4)."""
+    live = value()
+    decide(live, at(30.3), Clock())  # silent since T0, looked at on time: stalled, then lost
+    decide(live, at(300.3), Clock())
+    rec = state_record(live, at(301))
+    assert (rec.state, rec.change) == (WorkerState.lost, "running -> lost")
+    assert (rec.reason, rec.actor) == ("no heartbeat for 300s", "reaper")
+    assert rec.returned_at is None and not rec.forced_reap
+    live.recorded_state = WorkerState.lost
+    assert decide(live, at(310), Authenticated(beat(6))).outcome.verdict == "returned"
+    back = state_record(live, at(310))
+    assert (back.state, back.reason, back.returned_at) == (WorkerState.running, None, at(310))
+    live.recorded_return = at(310)
+    assert state_record(live, at(311)).returned_at is None  # written once
+    forced = value()
+    decide(forced, at(5), ForceReap(REQ))
+    rec = state_record(forced, at(5))
+    assert rec.forced_reap and (rec.reason, rec.actor) == ("ops", "alice")

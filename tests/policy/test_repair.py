@@ -112,9 +112,9 @@ def test_the_event_a_nondeterminism_error_names(message, expected):
     assert rejected_event_id(message) == expected
 
 
-# The chaos history's completed workflow tasks (tests/workflows/histories/
-# liveness-chaos-seed7-nondeterminism.json): 33 is the bad task's own completion; its
-# command (event 34) is the one the replay rejects, so every prefix through 38 fails.
+# The completed workflow tasks of chaos seed 7's stuck liveness (docs/stale-clock.md): 33 is
+# the bad task's own completion; its command (event 34) is the one the replay rejects, so
+# every prefix through 38 fails.
 CHAOS = [4, 12, 18, 23, 27, 33, 38]
 
 # completed tasks, first failing prefix (None: all replay), rejected event -> point, probes

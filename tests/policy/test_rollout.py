@@ -16,19 +16,13 @@ T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
-    "change",
-    [
-        rollout.REARM_ON_BEAT,
-        rollout.WIDE_STAGING,
-        rollout.DROP_SUPERSEDED_CHUNKS,
-        rollout.DRAIN_IN_ORDER,
-    ],
+    ("peer", "used"), [("1.1", False), ("1.2", True), ("", False), ("1.0", False), ("0.9", False)]
 )
-@pytest.mark.parametrize(
-    ("peer", "used"), [("1.0", False), ("1.1", True), ("", False), ("0.9", False)]
-)
-def test_a_change_of_1_1_only_once_every_peer_knows_it(change: str, peer: str, used: bool) -> None:
-    assert rollout.uses(change, peer) is used
+def test_a_change_of_this_line_only_once_every_peer_knows_it(
+    monkeypatch: pytest.MonkeyPatch, peer: str, used: bool
+) -> None:
+    monkeypatch.setitem(rollout.COMMAND_CHANGES, "some-change", "1.2")
+    assert rollout.uses("some-change", peer) is used
 
 
 def test_every_change_names_a_known_line_and_the_default_is_the_previous_one() -> None:
@@ -38,15 +32,17 @@ def test_every_change_names_a_known_line_and_the_default_is_the_previous_one() -
         rollout.uses("no-such-change", "1.1")
 
 
-def test_a_history_without_a_peer_version_ran_as_the_previous_line() -> None:
+def test_a_start_up_read_without_a_peer_version_counts_as_the_previous_line() -> None:
     recorded = Timings.of(Settings(_env_file=None)).model_dump()  # type: ignore[call-arg]
     del recorded["peer_version"]
-    assert Timings.model_validate(recorded).peer_version == "1.0"
+    assert Timings.model_validate(recorded).peer_version == rollout.DEFAULT_PEER_VERSION
 
 
-def test_an_unknown_peer_version_refuses_to_start() -> None:
-    with pytest.raises(ValueError, match=r"REAPER_PEER_VERSION must be one of 1\.0, 1\.1"):
-        Settings(_env_file=None, peer_version="2.0")  # type: ignore[call-arg]
+@pytest.mark.parametrize("peer", ["2.0", "1.0"])
+def test_a_peer_version_this_release_cannot_serve_beside_refuses_to_start(peer: str) -> None:
+    """1.0 too: this release takes over only from 1.1 (CHANGELOG.md, "Upgrade")."""
+    with pytest.raises(ValueError, match=r"REAPER_PEER_VERSION must be one of 1\.1, 1\.2"):
+        Settings(_env_file=None, peer_version=peer)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(

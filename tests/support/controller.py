@@ -17,14 +17,13 @@ from activities import ReaperActivities
 from reaper.core.config import Settings
 from reaper.core.models import Timings
 from reaper.core.policy.rollout import RELEASE_LINES
-from reaper.infra.temporal import PeerVersionGate
 from reaper.kit.controller import Controller
 from reaper.kit.processes import find_binary as kit_find_binary
 from tests.support.paths import ROOT
-from worker import replay_check
 from workflows import ALL_WORKFLOWS
 from workflows.common import fleet_monitor_id
 from workflows.fleet import FleetMonitor
+from workflows.replay import replay_check
 
 
 def find_binary(name: str) -> str:
@@ -118,7 +117,6 @@ def controller(
         task_queue=task_queue,
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
-        interceptors=[PeerVersionGate(settings.peer_version)],
         **worker_options,
     )
 

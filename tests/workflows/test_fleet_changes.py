@@ -11,12 +11,10 @@ import uuid
 from typing import Any
 
 import asyncpg
-import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.core.contract import liveness_id
-from reaper.core.policy.rollout import RELEASE_LINES
 from tests.support.controller import controller, make_settings
 from tests.support.fleet import Fleet, fleet_with
 from tests.support.polling import eventually
@@ -205,17 +203,15 @@ async def test_undrain_lets_placements_resume(fleet):
     assert placed == b  # the least loaded, and no longer draining
 
 
-@pytest.mark.parametrize("peer", RELEASE_LINES)
-async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env, pool, peer):
+async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env, pool):
     """Signals that reach a liveness in one workflow task (here sent while no controller
     serves it; in a clean clone's run, an undrain sent right after a drain on a loaded
     machine) are applied in the order they came: a row for each, ending at the last. The
     newest used to replace the unapplied drain, and the undrain then changed nothing and
-    wrote no row (CONTRACT.md §5.1 wants one); so it still does where a 1.0 controller may
-    serve beside (``drain-in-order``, rollout.py). Still one ``set_draining`` activity."""
+    wrote no row (CONTRACT.md §5.1 wants one; ``drain-in-order``). Still one
+    ``set_draining`` activity."""
     tq = f"tq-{uuid.uuid4().hex[:8]}"
-    settings = make_settings(peer_version=peer)
-    in_order = peer == RELEASE_LINES[-1]
+    settings = make_settings()
     fleet = Fleet(time_env, pool, tq)
     b = fleet.name("b")
     sent = [("drain", "kernel upgrade"), ("undrain", "upgrade done"), ("drain", "disk failing")]
@@ -228,7 +224,7 @@ async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env,
         async with controller(time_env.client, pool, settings, tq):
             await eventually(
                 lambda: drain_rows(fleet.pool, b),
-                lambda r: len(r) == (3 if in_order else 1),
+                lambda r: len(r) == 3,
                 what="the rows",
             )
             assert (await worker_row(fleet.pool, b))["draining"] is True
@@ -238,7 +234,7 @@ async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env,
     finally:
         await fleet.close()
     rows = [(n, r, "ops") for n, r in sent]
-    assert await drain_rows(fleet.pool, b) == (rows if in_order else rows[-1:])
+    assert await drain_rows(fleet.pool, b) == rows
     steps = sequence(history)
     assert steps.count("ACTIVITY_TASK_SCHEDULED:set_draining") == 1, steps
     assert await replay_failures([history]) == {}

@@ -21,15 +21,18 @@ import pytest
 
 from reaper.core import protocol
 from reaper.core.protocol import build_beats
+from tests.support.fleet import fleet_with
 from tests.support.heartbeats import send
 from tests.support.releases import HISTORIES, replay_stored
 from tests.support.scheduler import insert, setup_service
+from workflows.common import fleet_monitor_id
 
 RECORD = os.environ.get("REAPER_RECORD_HISTORIES") == "1"
 
 
 async def _record(fleet) -> None:
-    """A life in short: beats, a mark, a destroy, a stall, a return, a reap."""
+    """A life in short: beats, a mark, a destroy, a stall, a return, a reap; and the fleet
+    monitor that watched it."""
     a, b = fleet.name("a"), fleet.name("b")
     await insert(fleet.pool, "volumes", a, ["v-1", "v-2"])
     await setup_service(fleet.pool, "web", {a: ["t-a"], b: []})
@@ -45,16 +48,17 @@ async def _record(fleet) -> None:
         (f"liveness-{a}", "liveness"),
         (f"gc-{a}", "collector"),
         (f"reap-{a}-1", "reap"),
+        (fleet_monitor_id(fleet.tq), "fleet"),
     ):
         history = await fleet.client.get_workflow_handle(wid).fetch_history()
         (HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
-async def _record_peer_1_1(fleet, monkeypatch) -> None:
-    """A life under ``REAPER_PEER_VERSION=1.1`` (the suite's settings): steady beats whose
-    tasks re-arm the deadline timer (``rearm-on-beat``), a report in six small chunks sent at
-    once (``wide-staging``: staged together), two more queued behind a held chunk, the older
-    dropped unstaged (``drop-superseded-chunks``), a stall and a return."""
+async def _record_chunks(fleet, monkeypatch) -> None:
+    """A life of large reports: steady beats whose tasks re-arm the deadline timer
+    (``rearm-on-beat``), a report in six small chunks sent at once (``wide-staging``: staged
+    together), two more queued behind a held chunk, the older dropped unstaged
+    (``drop-superseded-chunks``), a stall and a return."""
     w = fleet.name("p")
     await insert(fleet.pool, "containers", w, [f"c-{i:03d}" for i in range(120)])
     await fleet.beat(w, containers=[f"c-{i:03d}" for i in range(120)])
@@ -81,40 +85,40 @@ async def _record_peer_1_1(fleet, monkeypatch) -> None:
     await fleet.beat(w)  # and returns
     await fleet.advance(30, beating={w: {}})
     history = await fleet.client.get_workflow_handle(f"liveness-{w}").fetch_history()
-    (HISTORIES / "liveness-peer-1.1.json").write_text(history.to_json())
+    (HISTORIES / "liveness-chunks.json").write_text(history.to_json())
 
 
 HANDLES_1_1 = [f"c-{i:03d}" for i in range(1, 120)]
 
 
 @pytest.mark.skipif(not RECORD, reason="set REAPER_RECORD_HISTORIES=1 to record")
-async def test_record_histories(fleet):
-    await _record(fleet)
+async def test_record_histories(time_env, pool):
+    async with fleet_with(time_env, pool, monitor=True) as fleet:
+        await _record(fleet)
 
 
 @pytest.mark.skipif(not RECORD, reason="set REAPER_RECORD_HISTORIES=1 to record")
-async def test_record_peer_1_1_history(fleet, monkeypatch):
-    await _record_peer_1_1(fleet, monkeypatch)
+async def test_record_chunks_history(fleet, monkeypatch):
+    await _record_chunks(fleet, monkeypatch)
 
 
-# collector: kinds in turn, before the `kinds-apart` patch; collector-kinds-apart: after it.
-# fleet: a fleet monitor recorded at commit 082a540, before the `repair-stuck` patch (two
-# workers, one lost and reaped; not rewritten by REAPER_RECORD_HISTORIES).
-# liveness-lean-start: the life above recorded at commit a51bfc2 (patch `lean-start`, row
-# refreshes at half of STALL_AFTER as local activities), before `refresh-at-bound`.
+# liveness, collector, reap, fleet: the life above, recorded by the code of the 1.2 line
+# (REAPER_RECORD_HISTORIES=1); liveness-chunks: the large reports' life, likewise.
+# collector-kinds-apart: a collector after the ``kinds-apart`` patch (1.0 line).
 # liveness-peer-1.1: a life recorded at REAPER_PEER_VERSION=1.1 (one-task-start,
-# rearm-on-beat, wide-staging and drop-superseded-chunks, reaper/core/policy/rollout.py),
-# commit after 362d144.
-# liveness-one-grace: a dead worker's silence across two controller outages at
-# REAPER_PEER_VERSION=1.1: the first late look grants the outage grace, the second declares
-# it lost (``one-grace``); recorded by tests/e2e/test_outage.py
-# (test_late_looks_in_one_silence_share_one_grace, REAPER_RECORD_HISTORIES=1).
-# liveness-in-task-loss, reap-in-task-loss: a dead worker lost and reaped at
-# REAPER_PEER_VERSION=1.1 with ``in-task-loss`` (the loss and the reap local activities);
-# recorded by tests/workflows/test_in_task_loss.py (REAPER_RECORD_HISTORIES=1).
-# release-<version>-*: what each release's controller wrote in the upgrade test
+# rearm-on-beat, wide-staging and drop-superseded-chunks), commit after 362d144.
+# liveness-one-grace: a dead worker's silence across two controller outages: the first late
+# look grants the outage grace, the second declares it lost (``one-grace``); recorded by
+# tests/e2e/test_outage.py (test_late_looks_in_one_silence_share_one_grace,
+# REAPER_RECORD_HISTORIES=1) on the 1.2 line.
+# liveness-in-task-loss, reap-in-task-loss: a dead worker lost and reaped with
+# ``in-task-loss`` (the loss and the reap local activities), recorded by the 1.1 line.
+# release-<version>-*: what the previous release's controller wrote in the upgrade test
 # (tests/e2e/test_upgrade.py records them with REAPER_RECORD_HISTORIES=1, from the release
-# exported from git): every one of every release replays on the current code.
+# exported from git, at its own peer version): every one replays on the current code.
+# 1.2 retired the histories of the 1.0 line (release-1.0.0-*, and those recorded before
+# ``lean-start``, ``refresh-at-bound``, ``one-grace`` and ``in-task-loss``): this release
+# takes over only from 1.1.0 at peer version 1.1 (CHANGELOG.md, "Upgrade").
 RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
 
 
@@ -122,10 +126,10 @@ RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
     "name",
     [
         "liveness",
-        "liveness-lean-start",
+        "liveness-chunks",
         "liveness-peer-1.1",
-        "liveness-one-grace",
         "liveness-in-task-loss",
+        "liveness-one-grace",
         "collector",
         "collector-kinds-apart",
         "reap",

@@ -10,5 +10,6 @@ from reaper.cli.commands import (  # noqa: F401  (registers them)
     keygen,
     run,
     trial,
+    upgrade_check,
     workers,
 )

@@ -30,6 +30,7 @@ from reaper.cli.app import (
 )
 from reaper.cli.commands.workers import find_database_url
 from reaper.cli.follow import FollowWindow
+from reaper.core import kinds
 from reaper.core.config import ConfigError
 from reaper.core.config_values import parse_duration
 
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
 
 FOLLOW_POLL_S = 1.0
 """``--follow`` asks Postgres for new rows this often (seconds)."""
-KINDS = ("container", "volume", "task", "worker")
-"""``events.kind`` values (CONTRACT.md §3)."""
+KINDS = (*kinds.WORDS, "worker")
+"""``events.kind`` values (CONTRACT.md §3; ``reaper.core.kinds``)."""
 _ACTION_STYLE = {
     "destroyed": "red",
     "lost": "red",

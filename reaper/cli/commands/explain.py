@@ -23,28 +23,38 @@ from reaper.cli.app import (
     fail,
     settings_from,
 )
+from reaper.core import kinds
 from reaper.core.config import Settings
 
-KINDS = ("worker", "container", "volume", "task")
+KINDS = ("worker", *kinds.WORDS)
+"""What ``reaper explain`` explains: a worker, or a handle of a kind (``reaper.core.kinds``)."""
 QUERY_TIMEOUT_S = 5.0
 """Deadline of the liveness ``state`` query that freshens a worker's last heartbeat."""
 
 
-async def _fresher(settings: Settings, worker: Any) -> tuple[Any, str | None]:
-    """``worker`` with its liveness's last heartbeat and state, which the row may lag
-    (§5.3); unchanged, with a note, if Temporal does not answer."""
+async def _controller_view(settings: Settings, worker: str) -> tuple[Any, Any, str | None]:
+    """The worker's liveness's ``state`` and ``deadlines`` answers (its last heartbeat and
+    state, which the row may lag, §5.3; the controller's timings and outage grace), or
+    ``(None, None, note)`` if Temporal does not answer (the ``deadlines`` answer is ``None``
+    from a release that has no such query)."""
     from reaper.cli.agent_connection import query_state
     from reaper.cli.app import connect_temporal
     from reaper.core.contract import liveness_id
+    from reaper.core.models import DeadlinesView
 
     try:
         client = await connect_temporal(settings)
-        handle = client.get_workflow_handle(liveness_id(worker.name))
+        handle = client.get_workflow_handle(liveness_id(worker))
         view = await query_state(handle, QUERY_TIMEOUT_S)
     except (CliError, Exception) as exc:
-        return worker, f"liveness not asked ({str(exc).splitlines()[0][:120]}): Postgres only"
-    last = view.last_heartbeat_at or worker.last_heartbeat_at
-    return replace(worker, state=view.state, last_heartbeat_at=last), None
+        return None, None, f"liveness not asked ({str(exc).splitlines()[0][:120]}): Postgres only"
+    try:
+        clock = await asyncio.wait_for(
+            handle.query("deadlines", result_type=DeadlinesView), QUERY_TIMEOUT_S
+        )
+    except Exception:
+        clock = None
+    return view, clock, None
 
 
 async def explain_one(
@@ -74,18 +84,28 @@ async def explain_one(
         now = await facts.database_now(conn)
         fleet = await facts.fleet_facts(conn)
         history = await facts.events_of(conn, kind, name)
-        t = Timings.of(settings)
+        t, grace, shell = Timings.of(settings), None, True
         if kind == "worker":
             w = await facts.worker_facts(conn, name)
+            owner_name = w.name if w is not None else None
+        else:
+            row = await facts.row_facts(conn, kind, name)
+            owner_name = row.worker if row is not None else None
+        view = clock = None
+        if live and owner_name is not None:
+            view, clock, note = await _controller_view(settings, owner_name)
+            notes += [note] if note else []
+        if clock is not None and clock.timings is not None:
+            t, grace, shell = clock.timings, clock.grace_until, False
+        if kind == "worker":
             if w is None:
                 e = explain.explain_gone("worker", name, history)
             else:
-                if live:
-                    w, note = await _fresher(settings, w)
-                    notes += [note] if note else []
-                e = explain.explain_worker(w, fleet, t, now)
+                if view is not None:
+                    last = view.last_heartbeat_at or w.last_heartbeat_at
+                    w = replace(w, state=view.state, last_heartbeat_at=last)
+                e = explain.explain_worker(w, fleet, t, now, grace)
         else:
-            row = await facts.row_facts(conn, kind, name)
             if row is None:
                 e = explain.explain_gone(kind, name, history)
             else:
@@ -96,7 +116,11 @@ async def explain_one(
     out = e.as_dict()
     out["history"] = explain.history(history)
     out["notes"] += notes
-    out["timings"] = "as this shell's settings say (REAPER_* and .env)"
+    out["timings"] = (
+        "as this shell's settings say (REAPER_* and .env): the controller did not say"
+        if shell
+        else "the controller's (its liveness's deadlines query)"
+    )
     return out
 
 
@@ -128,7 +152,8 @@ def explain(
 ) -> None:
     """Which rule holds KIND NAME where it is and when it next falls due, with its latest
     events: "w3 is stalled: ...; next: lost at 12:04:31 unless it beats". Times are UTC,
-    judged on Postgres' clock with this shell's timings (REAPER_* settings)."""
+    judged on Postgres' clock with the controller's timings and outage grace (asked of the
+    worker's liveness; this shell's REAPER_* settings if it does not answer)."""
     try:
         settings = settings_from(
             temporal_address=address,

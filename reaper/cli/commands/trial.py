@@ -28,6 +28,7 @@ from reaper.cli.app import (
     fail,
 )
 from reaper.cli.commands.workers import find_database_url
+from reaper.core import kinds
 
 
 async def place_service(
@@ -64,8 +65,10 @@ async def place_service(
                     await scheduler.add_task(conn, task_id, service, worker)
                     if tasks_only:
                         continue
-                    await scheduler.add_handle(conn, "containers", f"{task_id}-c", worker)
-                    await scheduler.add_handle(conn, "volumes", f"{task_id}-v", worker)
+                    for kind in kinds.HANDLE_ROWS:
+                        await scheduler.add_handle(
+                            conn, kind.report, f"{task_id}-{kind.word[0]}", worker
+                        )
         except asyncpg.UniqueViolationError:
             raise CliError(
                 f"service {service!r} (or one of its tasks) exists already: pick another --service"
@@ -74,10 +77,10 @@ async def place_service(
         await conn.close()
     if agents_dir is not None and not tasks_only:
         for task_id, worker in placed:
-            for kind, suffix in (("containers", "c"), ("volumes", "v")):
-                folder = agents_dir / worker / kind
+            for kind in kinds.HANDLE_ROWS:
+                folder = agents_dir / worker / kind.report
                 folder.mkdir(parents=True, exist_ok=True)
-                (folder / f"{task_id}-{suffix}").touch()
+                (folder / f"{task_id}-{kind.word[0]}").touch()
     return placed
 
 

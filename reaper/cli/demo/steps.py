@@ -27,6 +27,8 @@ from reaper.cli.demo.session import (
     Demo,
     DemoFailed,
 )
+from reaper.core.contract import KINDS
+from reaper.core.policy.collection import destroy_after
 
 T = TypeVar("T")
 
@@ -87,7 +89,7 @@ async def seed(d: Demo) -> None:
         await scheduler.add_service(conn, SERVICE, 3)
         for i, name in enumerate(AGENTS, start=1):
             base = d.agent_dir(name)
-            for kind in ("containers", "volumes", "tasks"):
+            for kind in KINDS:
                 (base / kind).mkdir(parents=True, exist_ok=True)
             (base / "containers" / f"c-{name}").touch()
             (base / "volumes" / f"v-{name}").touch()
@@ -101,8 +103,9 @@ async def seed(d: Demo) -> None:
 
 
 async def step_missing_volume(d: Demo) -> None:
-    """(a) A volume entry disappears: destroyed after MISSING_TTL, not before."""
-    t, ttl = d.timeline, d.settings.missing_ttl
+    """(a) A volume entry disappears: destroyed once it has been missing as long as a volume
+    waits (``policy.collection.destroy_after``: MISSING_TTL), not before."""
+    t, ttl = d.timeline, destroy_after("volumes", d.settings.missing_ttl)
     step = "(a) missing volume destroyed after the TTL"
     worker, handle = "demo-a", "v-demo-a"
     (d.agent_dir(worker) / "volumes" / handle).unlink()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from reaper.core import states
+from reaper.core import kinds, states
 from reaper.core.contract import WorkerState
 
 
@@ -77,11 +77,16 @@ def mass_drop_held(
 
 
 def destroy_after(kind: str, missing_ttl: float) -> float:
-    """How long a handle of ``kind`` (``containers``, ``volumes``, ``tasks``) must have been
-    missing from every complete report before it is destroyed, in seconds: ``MISSING_TTL``
-    for every kind (rule 4). The one place that says so: :func:`destroy_cutoff`,
-    :func:`next_due`, the collector's timer and ``reaper explain`` all ask it."""
-    return missing_ttl
+    """How long a handle of ``kind`` (a report key or word, ``reaper.core.kinds``) must have
+    been missing from every complete report before it is destroyed, in seconds: the kind's
+    ``ttl_multiple`` of ``MISSING_TTL`` (rule 4: one for every kind). The one place that
+    says so: :func:`destroy_cutoff`, :func:`next_due`, the collector's timer, the liveness's
+    view, ``reaper explain``, the demo and the chaos checker all ask it.
+
+    Raises:
+        KeyError: ``kind`` names no kind.
+    """
+    return kinds.kind(kind).ttl_multiple * missing_ttl
 
 
 def destroy_cutoff(kind: str, taken_at: datetime, missing_ttl: float) -> datetime:
@@ -102,6 +107,20 @@ def destroy_refused(worker_state: WorkerState | str | None, fleet_full: bool) ->
     if fleet_full:
         return "fleet in full disruption"
     return None
+
+
+def destroy_retry_due(next_due: datetime, refused_at: datetime, stall_after: float) -> datetime:
+    """When a kind whose destroy was refused (:func:`destroy_refused`: the worker stalled or
+    lost, the fleet in full disruption) is looked at again (UTC): ``STALL_AFTER`` after the
+    refusal, not at every beat (a worker that stalls is judged within that long), and never
+    before the kind's own ``next_due``.
+
+    Args:
+        next_due: the kind's oldest mark's due time (UTC).
+        refused_at: when the destroy was refused (UTC, the controller's clock).
+        stall_after: ``REAPER_STALL_AFTER``, seconds.
+    """
+    return max(next_due, refused_at + timedelta(seconds=stall_after))
 
 
 def is_due(next_due: datetime | None, taken_at: datetime) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from reaper.core import states
+from reaper.core import kinds, states
 from reaper.core.contract import WorkerState
 from reaper.core.models import Timings
 from reaper.core.policy import collection, liveness
@@ -107,8 +107,17 @@ def _fleet_note(fleet: FleetFacts, t: Timings) -> str:
     )
 
 
-def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime) -> Explanation:
-    """Why worker ``w`` is in its state and what its clock does next (rules 5, 6, §5.1)."""
+def explain_worker(
+    w: WorkerFacts,
+    fleet: FleetFacts,
+    t: Timings,
+    now: datetime,
+    grace_until: datetime | None = None,
+) -> Explanation:
+    """Why worker ``w`` is in its state and what its clock does next (rules 5, 6, §5.1),
+    judged as the controller judges it: with the controller's timings ``t`` and its outage
+    grace ``grace_until`` (UTC; the liveness's ``deadlines`` query), by the same function
+    (``policy.liveness.next_deadline``)."""
     state = WorkerState(w.state)
     e = Explanation(f"worker {w.name}", state.value, "")
     if w.draining:
@@ -133,7 +142,12 @@ def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime)
     if beat is None:
         e.because = "registered, no heartbeat recorded yet"
         return e
-    due = liveness.next_deadline(beat, state, t.stall_after, t.lost_after)
+    due = liveness.next_deadline(beat, state, t.stall_after, t.lost_after, grace_until)
+    if grace_until is not None and grace_until > now and state is not WorkerState.lost:
+        e.notes.append(
+            f"outage grace until {clock(grace_until)}: the controller or Temporal was down,"
+            " so its silence is no evidence until then"
+        )
     if state is WorkerState.running:
         e.because = f"its last heartbeat was at {clock(beat)} ({silent})"
         e.next, e.due_at = f"stalled at {clock(due)} unless it beats", due
@@ -190,7 +204,7 @@ def explain_row(
     (rules 2, 4, 5, 7; ``CREATING_TIMEOUT``)."""
     e = Explanation(f"{r.kind} {r.handle}", r.state, "")
     on = f" on {r.worker}" if r.worker else ""
-    if r.kind == "task":
+    if kinds.kind(r.kind).task:
         task = states.TASKS[states.TaskState(r.state)]
         if task.ended:
             why = ENDED_BECAUSE.get(r.stop_reason or "", f"stop reason {r.stop_reason}")
@@ -220,12 +234,14 @@ def explain_row(
     if r.missing_since is None:
         e.because = f"{r.state}{on}, not missing: its worker's latest complete report held it"
         return e
-    due = collection.next_due(f"{r.kind}s", r.missing_since, t.missing_ttl)
-    verb = "stopped (missing)" if r.kind == "task" else "destroyed"
+    due = collection.next_due(r.kind, r.missing_since, t.missing_ttl)
+    waits = collection.destroy_after(r.kind, t.missing_ttl)
+    verb = "stopped (missing)" if kinds.kind(r.kind).task else "destroyed"
     e.because = f"missing since {clock(r.missing_since)}: every complete report since lacked it"
     e.next = (
         f"{verb} at {clock(due)} if still absent from its worker's reports"
-        f" (MISSING_TTL {t.missing_ttl:g}s; a report that holds it clears the mark)"
+        f" ({waits:g}s missing, MISSING_TTL {t.missing_ttl:g}s; a report that holds it"
+        " clears the mark)"
     )
     e.due_at = due
     refused = collection.destroy_refused(

@@ -7,6 +7,7 @@ All times are timezone-aware UTC ``datetime``s; all durations are seconds.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
@@ -182,7 +183,7 @@ def row_refresh_due(
     last_heartbeat_at: datetime,
     recorded_heartbeat_at: datetime | None,
     stall_after: float,
-    heartbeat_interval: float | None = None,
+    heartbeat_interval: float,
 ) -> bool:
     """Whether the ``workers`` row's ``last_heartbeat_at`` and ``last_seq`` must be written
     again although nothing else about the worker changed.
@@ -194,31 +195,24 @@ def row_refresh_due(
     the threshold behind it: the lag a reader can see stays under the threshold, however late
     the beats come.
 
-    - With ``heartbeat_interval`` (runs that take the ``refresh-at-bound`` patch): write once
-      the lag reaches ``STALL_AFTER - HEARTBEAT_INTERVAL / 2``, never less than half of
-      ``STALL_AFTER``; half an interval is kept for a refresh that runs so long that the SDK
-      heartbeats its workflow task (a query may then see the beat first). Every third beat
-      at the contract's defaults (10 s and 30 s), every other one at ``STALL_AFTER`` of two
-      intervals, where a refresh on every beat had halved the rate at which 1,000 workers
-      registered (BENCHMARKS.md metric 4, issue 11).
-    - Without (runs recorded before that patch, which must replay as they ran): once the
-      lag reaches half of ``STALL_AFTER``, every other beat at the defaults.
+    It writes once the lag reaches ``STALL_AFTER - HEARTBEAT_INTERVAL / 2``, never less than
+    half of ``STALL_AFTER`` (``refresh-at-bound``); half an interval is kept for a refresh
+    that runs so long that the SDK heartbeats its workflow task (a query may then see the
+    beat first). Every third beat at the contract's defaults (10 s and 30 s), every other one
+    at ``STALL_AFTER`` of two intervals, where a refresh on every beat had halved the rate at
+    which 1,000 workers registered (BENCHMARKS.md metric 4, issue 11).
 
     Args:
         last_heartbeat_at: the liveness's last accepted beat (UTC).
         recorded_heartbeat_at: the beat last written to the row (UTC), ``None`` if none was:
             a row not yet written is the state record's business, not a refresh.
         stall_after: ``REAPER_STALL_AFTER``, seconds.
-        heartbeat_interval: ``REAPER_HEARTBEAT_INTERVAL``, seconds, or ``None`` for the
-            rule of runs recorded before ``refresh-at-bound``.
+        heartbeat_interval: ``REAPER_HEARTBEAT_INTERVAL``, seconds.
     """
     if recorded_heartbeat_at is None:
         return False
     lag = (last_heartbeat_at - recorded_heartbeat_at).total_seconds()
-    threshold = stall_after / 2
-    if heartbeat_interval is not None:
-        threshold = max(threshold, stall_after - heartbeat_interval / 2)
-    return lag >= threshold
+    return lag >= max(stall_after / 2, stall_after - heartbeat_interval / 2)
 
 
 def is_return(
@@ -276,3 +270,56 @@ def clock_is_stale(now: datetime, deadline: datetime) -> bool:
         deadline: the deadline the fired timer was armed for (UTC).
     """
     return now < deadline
+
+
+@dataclass(frozen=True)
+class ReturnMarks:
+    """What recording a worker's state does to its marks (rule 4).
+
+    Attributes:
+        clear: clear every ``missing_since`` of the worker now: it returned.
+        restamp: the return was a silence the liveness could not judge in time (a busy
+            controller; the row still shows the state it returned to): move the row's
+            ``state_since`` to the return, so reports taken before it are skipped.
+        cleared: this return's marks are cleared, now or by an earlier attempt of the same
+            record (the liveness then shows no missing handles until the next report).
+    """
+
+    clear: bool = False
+    restamp: bool = False
+    cleared: bool = False
+
+
+def marks_at_record(
+    recorded: WorkerState | str | None,
+    recorded_since: datetime | None,
+    new: WorkerState | str,
+    returned_at: datetime | None,
+) -> ReturnMarks:
+    """Whether recording ``new`` over the row's ``recorded`` state (``None``: a new worker)
+    is a return that clears the worker's marks (CONTRACT.md rule 4: time stalled or lost
+    does not count; the first complete report after the return decides).
+
+    A return is a record into a deciding state (``running``) from an unhealthy one, or, with
+    ``returned_at`` (the liveness judged a beat after ``STALL_AFTER`` of silence a return),
+    one whose row already shows that state since before the return: a silence the liveness
+    could not judge in time. A record that carries ``returned_at`` over a row whose marks
+    were cleared already (a retry of the same record) clears nothing more.
+
+    Args:
+        recorded: the row's state before this record (``None``: no row).
+        recorded_since: the row's ``state_since`` (UTC).
+        new: the state recorded.
+        returned_at: the return this record writes (UTC), ``None`` if none.
+    """
+    if recorded is None or not WORKERS[WorkerState(new)].decides:
+        return ReturnMarks()
+    unjudged = (
+        returned_at is not None
+        and WorkerState(recorded) is WorkerState(new)
+        and recorded_since is not None
+        and recorded_since < returned_at
+    )
+    if WORKERS[WorkerState(recorded)].unhealthy or unjudged:
+        return ReturnMarks(clear=True, restamp=unjudged, cleared=True)
+    return ReturnMarks(cleared=returned_at is not None)

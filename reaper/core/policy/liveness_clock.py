@@ -73,8 +73,7 @@ def rearm_due(
     now give or take half an interval. Each re-arm is a ``TimerCanceled`` and a
     ``TimerStarted``; a timer left to fire while the worker is healthy costs a workflow task
     of its own and five events (issue 20, BENCHMARKS.md). At the defaults (STALL_AFTER three
-    intervals) every other beat re-arms and the timer never fires while beats come. Used
-    only by runs whose peers all know it (``rollout.REARM_ON_BEAT``).
+    intervals) every other beat re-arms and the timer never fires while beats come.
 
     A timer due within a tenth of an interval is left to fire: cancelling it could race its
     firing while the beat's task is with the controller, a cancel the server then has to
@@ -86,10 +85,10 @@ def rearm_due(
 
 def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> list[str]:
     """A deadline passed: grant the outage grace if it was judged late (rule 8), once per
-    disruption in runs that take ``one-grace`` (``policy.liveness.outage_grace``); a reap or
-    retirement retry whose time came is due again. Returns lines for the log.
+    disruption (``one-grace``, ``policy.liveness.outage_grace``); a reap or retirement retry
+    whose time came is due again. Returns lines for the log.
 
-    In ``one-grace`` runs a late deadline that no longer stands, because a beat in the same
+    A late deadline that no longer stands, because a beat in the same
     workflow task moved the worker's deadline later, says nothing about its silence: it
     neither grants nor spends a grace (a timer armed before the beat fires in the same task:
     the SDK applies the beat first). Each look is judged once, however many times the task
@@ -99,11 +98,11 @@ def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> l
     late = policy.judged_late(deadline, now, t.heartbeat_interval)
     if not late:
         live.graced_at = None  # the controller watched: a later outage is a new one
-    elif live.features.one_grace and _moved_on(live, deadline):
+    elif _moved_on(live, deadline):
         pass
     elif live.looked_late_at != now and live.state is not WorkerState.lost:
         live.looked_late_at = now
-        spent = live.features.one_grace and live.graced_at is not None
+        spent = live.graced_at is not None
         grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after, spent)
         lateness = (now - deadline).total_seconds()
         if grace is not None:

@@ -93,17 +93,15 @@ def due_steps(live: LivenessState) -> list[Step]:
 
 
 def _need_record(live: LivenessState) -> bool:
-    """A state change, a return or a new boot to write (and, in runs recorded before the
-    ``lean-start`` patch, a lagging ``last_heartbeat_at``)."""
+    """A state change, a return or a new boot to write (a lagging ``last_heartbeat_at`` is a
+    refresh's)."""
     if live.last_heartbeat_at is None or live.state is WorkerState.retired:
         return False
     if live.recorded_state is not live.state or live.recorded_boot_id != live.boot_id:
         return True
     if live.recorded_forced != (live.reap_forced and live.state is WorkerState.lost):
         return True
-    if live.state is WorkerState.running and live.recorded_return != live.returned_at:
-        return True
-    return not live.features.local_writes and _need_refresh(live)
+    return live.state is WorkerState.running and live.recorded_return != live.returned_at
 
 
 def _need_refresh(live: LivenessState) -> bool:
@@ -114,7 +112,7 @@ def _need_refresh(live: LivenessState) -> bool:
         live.last_heartbeat_at,
         live.recorded_heartbeat_at,
         t.stall_after,
-        t.heartbeat_interval if live.features.refresh_at_bound else None,
+        t.heartbeat_interval,
     )
 
 

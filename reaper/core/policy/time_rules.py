@@ -126,7 +126,7 @@ TIME_RULES: tuple[TimeRule, ...] = (
     TimeRule(
         "missing-ttl",
         COLLECTOR,
-        "the oldest missing_since of a kind + MISSING_TTL",
+        "the oldest missing_since of a kind + how long the kind waits (MISSING_TTL)",
         "the next report is reconciled, and what it still lacks is destroyed (rule 4)",
         "policy.collection.next_due",
         _beat,
@@ -136,7 +136,7 @@ TIME_RULES: tuple[TimeRule, ...] = (
         COLLECTOR,
         "a refused destroy (stalled worker, full disruption) + STALL_AFTER",
         "the destroy is tried again on the next report",
-        "workflows/collector.py HandleCollector._destroy_due",
+        "policy.collection.destroy_retry_due",
         _beat,
     ),
     TimeRule(
