@@ -41,6 +41,7 @@ class ReaperActivities(
             self.record_worker_state,
             self.refresh_heartbeat,
             self.set_draining,
+            self.drain_worker,
             self.fleet_status,
             self.fleet_upkeep,
             self.nudge_changed,

@@ -212,6 +212,7 @@ class CollectionActivities(ActivityBase):
                 result.assignments = await column(
                     conn, sql.ASSIGNMENTS, worker, states.STARTING_TASKS
                 )
+                result.drained = bool(row["drained"])
             result.status.orphans = orphans
         if not dry:
             metrics.count_destroyed(kind, len(stuck))

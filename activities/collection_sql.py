@@ -241,5 +241,8 @@ to start."""
 COLLECTING = "SET LOCAL reaper.collecting = on"
 """The collector's transactions say so: their writes follow a diff already and are not fed
 back into the change feed (``reaper.row_changes``, migration 007)."""
-WORKER_FOR_SHARE = "SELECT state, state_since FROM reaper.workers WHERE name = $1 FOR SHARE"
+WORKER_FOR_SHARE = (
+    "SELECT state, state_since, drained_at IS NOT NULL AS drained FROM reaper.workers"
+    " WHERE name = $1 FOR SHARE"
+)
 FLEET_STATE = "SELECT state FROM reaper.fleet WHERE id = 1"

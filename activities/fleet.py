@@ -7,13 +7,18 @@ from datetime import datetime
 import asyncpg
 from temporalio import activity
 
-from activities import metrics
+from activities import metrics, migration
 from activities.base import ActivityBase, write_events
 from activities.tasks import place_owed, replace_tasks
 from activities.types import FleetView, UpkeepResult
 from reaper.core import states
 from reaper.core.policy.fleet import FleetState, fleet_state
 from reaper.core.states import HEALTHY, UNHEALTHY
+
+FLEET_STATE = "SELECT state FROM reaper.fleet WHERE id = 1"
+DRAINED_TOLD = "drained:"
+"""Prefix of the ``placed`` entry ``(drained:W, W)`` by which the upkeep asks the fleet
+monitor to tell worker W's liveness that it is drained (§6.2)."""
 
 
 async def refresh_fleet(conn: asyncpg.Connection, threshold: float, at: datetime) -> FleetView:
@@ -111,15 +116,23 @@ class FleetActivities(ActivityBase):
         async with self.pool.acquire() as conn, conn.transaction():
             strays, reaped = await self._reap_strays(conn)
             placed = await place_owed(conn)
+            full = await conn.fetchval(FLEET_STATE) == FleetState.full
+            moved = await migration.migrate(conn, at, full)
         metrics.count_reaped(reaped)
-        return UpkeepResult(placed=[*strays, *placed])
+        metrics.count_migrations("replaced", moved.replaced)
+        metrics.count_migrations("deadline", moved.deadline)
+        # Drained workers' livenesses are told as workers that received tasks are: entries
+        # of `placed`, which every release's fleet monitor signals (a new field would give
+        # this release's monitor commands a 1.1.0 replica does not give on its history).
+        told = [(f"{DRAINED_TOLD}{w}", w) for w in moved.drained]
+        return UpkeepResult(placed=[*strays, *placed, *moved.placed, *told])
 
     async def _reap_strays(self, conn: asyncpg.Connection) -> tuple[list[tuple[str, str]], int]:
         """Reap stray tasks (:data:`STRAY_HOSTS`) and backfill their services.
 
         Returns the replacements placed (``(task_id, worker)``) and how many strays were reaped.
         """
-        if await conn.fetchval("SELECT state FROM reaper.fleet WHERE id = 1") == FleetState.full:
+        if await conn.fetchval(FLEET_STATE) == FleetState.full:
             return [], 0
         hosts = await conn.fetch(
             STRAY_HOSTS, states.HOLDS_NO_TASKS, states.TERMINAL, states.ACTIVE_TASKS

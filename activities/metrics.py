@@ -55,6 +55,14 @@ LIVENESSES_UNREPAIRABLE = Counter(
     " replayable reset point, or a failure other than a nondeterminism); rises at every check"
     " while one stays stuck.",
 )
+MIGRATIONS = Counter(
+    "reaper_migrations",
+    "Tasks of migrating drains that ended, by outcome (CONTRACT.md §6.2): replaced (the"
+    " original stopped after its replacement ran), deadline (stopped at the drain's deadline),"
+    " cancelled (its replacement stopped by an undrain before it ran).",
+    ["outcome"],
+)
+MIGRATION_OUTCOMES = ("replaced", "deadline", "cancelled")
 RECONCILE_SECONDS = Histogram(
     "reaper_reconcile_duration_seconds",
     "Time to diff one complete report against Postgres (reconcile_report activity), by kind.",
@@ -64,6 +72,8 @@ RECONCILE_SECONDS = Histogram(
 for _kind in kinds.WORDS:  # every kind shows from the first scrape, at 0
     DESTROYED.labels(_kind)
     RECONCILE_SECONDS.labels(_kind)
+for _outcome in MIGRATION_OUTCOMES:
+    MIGRATIONS.labels(_outcome)
 
 
 def count_destroyed(kind: str, rows: int) -> None:
@@ -71,6 +81,13 @@ def count_destroyed(kind: str, rows: int) -> None:
     ``container``); call after the transaction committed, never in a dry run."""
     if rows > 0:
         DESTROYED.labels(kinds.kind(kind).word).inc(rows)
+
+
+def count_migrations(outcome: str, tasks: int) -> None:
+    """Count ``tasks`` of migrating drains that ended with ``outcome`` (one of
+    :data:`MIGRATION_OUTCOMES`); call after the transaction committed, never in a dry run."""
+    if tasks > 0:
+        MIGRATIONS.labels(outcome).inc(tasks)
 
 
 def count_reaped(tasks: int) -> None:

@@ -105,8 +105,9 @@ class RetireActivities(ActivityBase):
                 for statement in _HOUSEKEEPING:
                     await conn.execute(statement, req.worker)
                 await conn.execute(
-                    "UPDATE reaper.workers SET state = $3, state_since = $2,"
-                    " draining = false WHERE name = $1",
+                    "UPDATE reaper.workers SET state = $3, state_since = $2, draining = false,"
+                    " drained_at = NULL, migrate_since = NULL, migrate_until = NULL"
+                    " WHERE name = $1",
                     req.worker,
                     req.at,
                     WorkerState.retired.value,

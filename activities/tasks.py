@@ -14,11 +14,13 @@ import asyncpg
 
 from activities.base import write_events
 from reaper.core import states
+from reaper.core.policy import migration
 from reaper.core.policy.placement import deficit, place
 from reaper.core.policy.placement import place_owed as place_owed_policy
 
-REPLACEABLE_STOP_REASONS = ["worker-lost", "worker-retired", "missing"]
-"""Tasks that reaper took down, and so replaces; a task the user stopped is never replaced."""
+REPLACEABLE_STOP_REASONS = ["worker-lost", "worker-retired", "missing", migration.DEADLINE]
+"""Tasks that reaper took down, and so replaces (a drain's deadline, §6.1, as after a loss);
+a task the user stopped, or one a drain replaced or an undrain cancelled, is never."""
 
 
 async def backfill(

@@ -127,13 +127,38 @@ class DrainChange(BaseModel):
     actor: str = "operator"
     key: str = ""
     earlier: list[DrainRequest] = Field(default_factory=list)
+    migrate: bool = False
+    deadline: float | None = None
+    at: datetime | None = None
+    """``drain_worker``: when the requests are applied (UTC, the workflow's clock): a
+    migration's deadline counts from here."""
+    default_deadline: float = 3600.0
+    """``drain_worker``: a migration's deadline when its request names none
+    (``REAPER_DRAIN_DEADLINE``, seconds)."""
 
     def requests(self) -> list[DrainRequest]:
         """Every request of the change, oldest first."""
         newest = DrainRequest(
-            draining=self.draining, reason=self.reason, actor=self.actor, key=self.key
+            draining=self.draining,
+            reason=self.reason,
+            actor=self.actor,
+            key=self.key,
+            migrate=self.migrate,
+            deadline=self.deadline,
         )
         return [*self.earlier, newest]
+
+
+class DrainOutcome(BaseModel):
+    """What ``drain_worker`` did and what the worker's row says after it (§5.1, §6)."""
+
+    changed: list[str] = Field(default_factory=list)
+    """The keys of the requests that changed the worker."""
+    draining: bool = False
+    migrate_until: datetime | None = None
+    drained_at: datetime | None = None
+    cancelled: list[str] = Field(default_factory=list)
+    """Replacements an undrain stopped before they ran."""
 
 
 class SealedReport(BaseModel):
@@ -184,6 +209,8 @@ class ReconcileResult(BaseModel):
     started: list[str] = Field(default_factory=list)
     status: KindStatus = Field(default_factory=KindStatus)
     assignments: list[str] | None = None
+    drained: bool | None = None
+    """Tasks only: whether the worker is drained (§6.2, ``workers.drained_at``)."""
 
 
 class DestroyInput(BaseModel):

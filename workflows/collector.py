@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         supersede_queued,
     )
     from reaper.core.policy import collection as policy
+    from reaper.core.policy import rollout
     from workflows import front_door
     from workflows.common import (
         run_activity,
@@ -237,8 +238,11 @@ class HandleCollector:
         if policy.is_due(status.next_due, r.taken_at):
             status = await self._destroy_due(r, status)
         self._set_due(r.kind, status.recheck_at())
+        # Said only where every peer knows it (a 1.1 liveness shows no `drained`, and a
+        # status that differs in it alone would send a signal 1.1's collector does not).
+        drained = res.drained if rollout.uses(rollout.ROTATING_HOSTS, t.peer_version) else None
         await self._report_status(
-            GcStatusInput(kind=r.kind, status=status, assignments=res.assignments)
+            GcStatusInput(kind=r.kind, status=status, assignments=res.assignments, drained=drained)
         )
 
     async def _destroy_due(self, r: Report, status: KindStatus) -> KindStatus:

@@ -93,12 +93,25 @@ class Gate:
     def operator(self, signal: str, raw: Any) -> str | None:
         """Why this operator signal may not act, or ``None``; a signature that acts is
         remembered so that its replay is refused."""
+        reason, remember = self.operator_refusal(signal, raw)
+        if reason is None and remember is not None:
+            sig, signed_at = remember
+            self.live.used_signatures = auth.prune_used(self.live.used_signatures, workflow.now())
+            self.live.used_signatures[sig] = signed_at
+        return reason
+
+    def operator_refusal(
+        self, signal: str, raw: Any
+    ) -> tuple[str | None, tuple[str, datetime] | None]:
+        """Why this operator command may not act (``None``: it may), and the signature to
+        remember if it acts (``(sig, signed_at)``). Reads only: an update's validator asks
+        it (CONTRACT.md §6.3), and so does :meth:`operator`."""
         live = self.live
         mode = _mode(live)
         if mode is not AuthMode.required:
-            return None
+            return None, None
         if not isinstance(raw, dict):
-            return f"{signal}: not a JSON object"
+            return f"{signal}: not a JSON object", None
         now = workflow.now()
         who: Signer | None = None
         if any(_verify(raw, k) for k in (live.timings.operator_keys if live.timings else ())):
@@ -106,7 +119,7 @@ class Gate:
         elif live.agent_key is not None and _verify(raw, live.agent_key):
             who = Signer.worker
         sig = raw.get(signing.SIG_FIELD)
-        live.used_signatures = auth.prune_used(live.used_signatures, now)
+        used = auth.prune_used(live.used_signatures, now)
         signed_at = _utc(raw.get(signing.SIGNED_AT_FIELD))
         reason = auth.judge_operator_signal(
             mode,
@@ -116,9 +129,9 @@ class Gate:
             signed_at,
             now,
             who,
-            isinstance(sig, str) and sig in live.used_signatures,
+            isinstance(sig, str) and sig in used,
             raw.get(signing.SIGNAL_FIELD),
         )
         if reason is None and isinstance(sig, str) and signed_at is not None:
-            live.used_signatures[sig] = signed_at
-        return reason
+            return None, (sig, signed_at)
+        return reason, None

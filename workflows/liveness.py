@@ -22,12 +22,11 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import (
         KINDS,
         Heartbeat,
-        ReasonInput,
         StateView,
         WorkerState,
         liveness_id,
     )
-    from reaper.core.liveness_state import DrainRequest, LivenessInput, LivenessState, RunFeatures
+    from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
     from reaper.core.models import DeadlinesView, GcStatusInput
     from reaper.core.policy import liveness_machine as machine
     from workflows import front_door
@@ -36,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
+    from workflows.operator import OperatorCommands
     from workflows.run_start import begin_run, start_input
     from workflows.view import deadlines_view, state_view
 
@@ -57,13 +57,7 @@ class WorkerLiveness:
         self.steps = LivenessSteps(live, self.intake)
         self.timer = DeadlineTimer()
         self.gate = Gate(live)
-
-    def _later(self, name: str, raw: Any) -> bool:
-        """Keep ``raw`` of signal ``name`` if the settings are not loaded yet (True if kept)."""
-        if self.live.early is None:
-            return False
-        self.live.early.append((name, raw))
-        return True
+        self.ops = OperatorCommands(live, self.gate, self._reject)
 
     # ---- signals: parse and hand over; never raise, never block ------------------------
 
@@ -75,7 +69,7 @@ class WorkerLiveness:
         self._heartbeat(front_door.first(args, "heartbeat"))
 
     def _heartbeat(self, raw: Any) -> None:
-        if self._later("heartbeat", raw):
+        if self.ops.later("heartbeat", raw):
             return
         live = self.live
         beat = self._parse(Heartbeat, raw, "heartbeat")
@@ -111,52 +105,76 @@ class WorkerLiveness:
     @workflow.signal(name="force_reap")
     def force_reap(self, *args: Any) -> None:
         """Operator: reap this worker now (bypasses the disruption guard, rule 5)."""
-        self._force_reap(front_door.first(args, "force_reap"))
-
-    def _force_reap(self, raw: Any) -> None:
-        req = self._operator_request("force_reap", raw)
-        if req is not None:
-            out = machine.decide(self.live, workflow.now(), machine.ForceReap(req)).outcome
-            if out.verdict == "rejected":
-                self._reject(out.reason or "force_reap")
+        self.ops.signal("force_reap", front_door.first(args, "force_reap"))
 
     @workflow.signal(name="drain")
     def drain(self, *args: Any) -> None:
-        """Operator: place nothing new on this worker."""
-        self._drain(front_door.first(args, "drain"))
+        """Operator: place nothing new on this worker; with ``migrate``, move its tasks
+        (§5.1, §6.1)."""
+        self.ops.signal("drain", front_door.first(args, "drain"))
 
     @workflow.signal(name="undrain")
     def undrain(self, *args: Any) -> None:
-        """Operator: placements on this worker resume (§5.1)."""
-        self._undrain(front_door.first(args, "undrain"))
-
-    def _drain(self, raw: Any) -> None:
-        self._set_draining(raw, draining=True)
-
-    def _undrain(self, raw: Any) -> None:
-        self._set_draining(raw, draining=False)
-
-    def _set_draining(self, raw: Any, draining: bool) -> None:
-        req = self._operator_request("drain" if draining else "undrain", raw)
-        if req is not None:
-            asked = DrainRequest(draining=draining, reason=req.reason, actor=req.actor)
-            info = workflow.info()
-            drain = machine.Drain(asked, run=f"{info.workflow_id}:{info.run_id}")
-            out = machine.decide(self.live, workflow.now(), drain).outcome
-            if out.reason is not None:
-                workflow.logger.info("%s: %s", self.live.worker, out.reason)
+        """Operator: placements on this worker resume, a migration ends (§5.1, §6.1)."""
+        self.ops.signal("undrain", front_door.first(args, "undrain"))
 
     @workflow.signal(name="retire")
     def retire(self, *args: Any) -> None:
         """Operator or agent: the worker leaves the fleet for good (§5.1), at once."""
-        self._retire(front_door.first(args, "retire"))
+        self.ops.signal("retire", front_door.first(args, "retire"))
 
-    def _retire(self, raw: Any) -> None:
-        req = self._operator_request("retire", raw)
-        if req is not None:
-            out = machine.decide(self.live, workflow.now(), machine.Retire(req)).outcome
-            if out.reason is not None:
-                workflow.logger.info("%s: %s", self.live.worker, out.reason)
+    # ---- the same commands as updates that answer (CONTRACT.md §6.3) -----------------------
+
+    @workflow.update(name="force_reap")
+    async def force_reap_update(self, *args: Any) -> dict[str, Any]:
+        """``force_reap`` that answers once the loss is recorded."""
+        return await self.ops.answer("force_reap", front_door.first(args, "force_reap"))
+
+    @force_reap_update.validator
+    def _validate_force_reap(self, *args: Any) -> None:
+        self._validate("force_reap", args)
+
+    @workflow.update(name="drain")
+    async def drain_update(self, *args: Any) -> dict[str, Any]:
+        """``drain`` that answers once applied: what changed, the migration, drained."""
+        return await self.ops.answer("drain", front_door.first(args, "drain"))
+
+    @drain_update.validator
+    def _validate_drain(self, *args: Any) -> None:
+        self._validate("drain", args)
+
+    @workflow.update(name="undrain")
+    async def undrain_update(self, *args: Any) -> dict[str, Any]:
+        """``undrain`` that answers once applied."""
+        return await self.ops.answer("undrain", front_door.first(args, "undrain"))
+
+    @undrain_update.validator
+    def _validate_undrain(self, *args: Any) -> None:
+        self._validate("undrain", args)
+
+    @workflow.update(name="retire")
+    async def retire_update(self, *args: Any) -> dict[str, Any]:
+        """``retire`` that answers once the worker is retired."""
+        return await self.ops.answer("retire", front_door.first(args, "retire"))
+
+    @retire_update.validator
+    def _validate_retire(self, *args: Any) -> None:
+        self._validate("retire", args)
+
+    @workflow.update(dynamic=True)
+    async def unknown_update(self, name: str, args: Sequence[RawValue]) -> None:
+        """An update of a name this liveness does not know: its validator refuses it."""
+
+    @unknown_update.validator
+    def _validate_unknown(self, name: str, args: Sequence[RawValue]) -> None:
+        front_door.unknown_signal(name, len(args))
+        raise ValueError(f"unknown update {str(name)[:64]!r}")
+
+    def _validate(self, what: str, args: Sequence[Any]) -> None:
+        """Refuse an update (no history event; the caller gets the reason, §6.3)."""
+        refused = self.ops.refusal(what, args[0] if args else None)
+        if refused:
+            raise ValueError(refused)
 
     @workflow.signal(name="gc_status")
     def gc_status(self, *args: Any) -> None:
@@ -170,6 +188,8 @@ class WorkerLiveness:
         self.live.collected[inp.kind] = inp.status
         if inp.assignments is not None:
             self.live.assignments = inp.assignments
+        if inp.drained is not None and self.live.features.rotating_hosts:
+            machine.decide(self.live, workflow.now(), machine.Drained(inp.drained))
         self.steps.view.show_details()
 
     @workflow.signal(name="want_report")
@@ -232,10 +252,11 @@ class WorkerLiveness:
             return
         record = await begin_run(live, self.gate, first=inp.carried is None)
         early, live.early = live.early or [], None
-        handlers = {"heartbeat": self._heartbeat, "force_reap": self._force_reap}
-        handlers |= {"drain": self._drain, "undrain": self._undrain, "retire": self._retire}
         for name, raw in early:
-            handlers[name](raw)
+            if name == "heartbeat":
+                self._heartbeat(raw)
+            else:
+                self.ops.signal(name, raw)
         self.steps.view.show_details()  # dropped at continue-as-new: shown again
         if inp.carried is None and not await self.steps.retirement.registers_afresh(record):
             return
@@ -244,6 +265,7 @@ class WorkerLiveness:
             if live.state is WorkerState.retired:
                 self.timer.cancel()
                 await self.steps.retirement.end()
+                await workflow.wait_condition(workflow.all_handlers_finished)
                 return
             # A drain and chunks are applied before the run hands over (a signal in this
             # very activation is seen here).
@@ -279,20 +301,6 @@ class WorkerLiveness:
             with workflow.unsafe.imports_passed_through():
                 from activities.metrics import count_rejected
             count_rejected()
-
-    def _operator_request(self, what: str, raw: Any) -> ReasonInput | None:
-        """An operator signal's request, or ``None`` if it is kept for later, malformed, or
-        not authenticated (``required`` mode, §5.2); rejections are logged."""
-        if self._later(what, raw):
-            return None
-        req: ReasonInput | None = self._parse(ReasonInput, raw if raw is not None else {}, what)
-        if req is None:
-            return None
-        refused = self.gate.operator(what, raw)
-        if refused is not None:
-            self._reject(refused)
-            return None
-        return req
 
     def _parse(self, model: type[Any], raw: Any, what: str) -> Any:
         """``raw`` validated as ``model``, or ``None`` (rejected, logged) if malformed."""

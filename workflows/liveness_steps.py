@@ -183,8 +183,10 @@ class LivenessSteps:
 
     async def apply_drain(self) -> None:
         """Apply the queued drain and undrain requests, in order, in one activity
-        (``drain-in-order``: one ``set_draining``): while ``workers.draining`` is set,
-        nothing new is placed on the worker."""
+        (``drain-in-order``): while ``workers.draining`` is set, nothing new is placed on
+        the worker. A ``rotating-hosts`` run applies them with ``drain_worker`` (migrating
+        drains, §6.1; what each request changed is kept for the update that asked,
+        ``LivenessState.drain_answers``), an older one with ``set_draining``."""
         live = self.live
         requests, live.drains = live.drains, []
         *earlier, req = requests
@@ -195,13 +197,23 @@ class LivenessSteps:
             actor=req.actor,
             key=req.key,
             earlier=earlier,
+            migrate=req.migrate,
+            deadline=req.deadline,
         )
         verb = "drain" if change.draining else "undrain"
-        changed = await run_activity(
-            ReaperActivities.set_draining, change, summary=f"{verb} {live.worker}"
-        )
-        live.draining = change.draining
-        live.drain_reason = change.reason if change.draining else None
+        summary = f"{verb} {live.worker}"
+        if live.features.rotating_hosts:
+            change.at, change.default_deadline = workflow.now(), self.timings.drain_deadline
+            done = await run_activity(ReaperActivities.drain_worker, change, summary=summary)
+            live.draining, live.migrate_until = done.draining, done.migrate_until
+            machine.decide(live, workflow.now(), machine.Drained(done.drained_at is not None))
+            for r in requests:
+                machine.answer_drain(live, r.key, r.key in done.changed)
+            changed = bool(done.changed)
+        else:
+            changed = await run_activity(ReaperActivities.set_draining, change, summary=summary)
+            live.draining = change.draining
+        live.drain_reason = change.reason if live.draining else None
         workflow.logger.info(
             "%s of %s (changed=%s, after %d earlier): %s",
             verb,

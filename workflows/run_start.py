@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.types import BeginRun, WorkerRecord
     from reaper.core.contract import LIVENESS_PREFIX
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
+    from reaper.core.policy import rollout
     from workflows import front_door
     from workflows.common import CHANGE_FEED, run_activity, run_local_activity
     from workflows.gate import Gate
@@ -75,7 +76,9 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
         start = await run_activity(ReaperActivities.begin_liveness, req, summary=summary)
     live.timings = start.timings
     gate.use_pin(start.agent_key)
-    live.features = RunFeatures()
+    live.features = RunFeatures(
+        rotating_hosts=rollout.uses(rollout.ROTATING_HOSTS, start.timings.peer_version)
+    )
     return start.record
 
 

@@ -48,6 +48,7 @@ def state_view(live: LivenessState, backlog: int) -> StateView:
             k: r.digest for k in KINDS if (r := live.unforwarded.get(k) or live.last_reports.get(k))
         },
         forwarded_reports=live.forwarded,
+        drained=live.draining and live.drained_at is not None,
     )
 
 

@@ -61,6 +61,10 @@ class Settings(ConnectionSettings):
     retire_after: Seconds = 86400.0
     """A worker ``lost`` this long, its reap done, is retired automatically (CONTRACT.md
     §5.1; Nomad's ``node_gc_threshold`` is 24 h); at least ``lost_after``."""
+    drain_deadline: Seconds = 3600.0
+    """``REAPER_DRAIN_DEADLINE``: a migrating drain's deadline when its ``drain`` names none
+    (CONTRACT.md §6.1): what is still on the worker then is stopped and backfilled. One hour,
+    as Nomad's ``node drain -deadline``; at least ``2 * heartbeat_interval``."""
     agent_auth: AuthMode = AuthMode.pin
     """``REAPER_AGENT_AUTH`` (CONTRACT.md §5.2): ``off`` (v1), ``pin`` (a worker's first signed
     heartbeat pins its key) or ``required`` (unsigned heartbeats and operator signals are
@@ -165,6 +169,11 @@ class Settings(ConnectionSettings):
         if not 0 < self.disruption_threshold <= 1:
             raise ValueError(
                 f"REAPER_DISRUPTION_THRESHOLD must be in (0, 1], got {self.disruption_threshold:g}"
+            )
+        if self.drain_deadline < 2 * self.heartbeat_interval:
+            raise ValueError(
+                "REAPER_DRAIN_DEADLINE must be at least 2 * REAPER_HEARTBEAT_INTERVAL "
+                f"({self.drain_deadline:g}s < 2 * {self.heartbeat_interval:g}s)"
             )
         if self.retire_after < self.lost_after:
             raise ValueError(

@@ -17,10 +17,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StringConstraints,
     model_validator,
 )
+
+from reaper.core.config_values import Seconds
 
 LIVENESS_WORKFLOW = "WorkerLiveness"
 """Workflow type of a worker's liveness, started by signal-with-start with input
@@ -197,6 +200,17 @@ class ReasonInput(BaseModel):
     arrives after another boot beat is ignored (``policy.fleet.retire_is_stale``)."""
 
 
+class DrainInput(ReasonInput):
+    """Signal and update ``drain`` (CONTRACT.md §5.1, §6.1): ``{"reason": "text",
+    "migrate": true, "deadline": "30m"}``. Without ``migrate`` it is the v1 drain (nothing new
+    is placed on the worker); with it the worker's tasks are moved, replacement first, and
+    what is left at the ``deadline`` (a duration as in §1; absent: ``REAPER_DRAIN_DEADLINE``)
+    is stopped and backfilled."""
+
+    migrate: StrictBool = False
+    deadline: Seconds | None = None
+
+
 class StateView(BaseModel):
     """Query ``state`` (CONTRACT.md section 2).
 
@@ -226,3 +240,6 @@ class StateView(BaseModel):
     """Complete reports received but not yet handed to the collector."""
     forwarded_reports: int = 0
     """Complete reports handed to the collector so far."""
+    drained: bool = False
+    """CONTRACT.md §6.2: the worker drains and holds no ``pending`` or ``running`` task (an
+    autoscaler may terminate its host, then ``retire`` it)."""

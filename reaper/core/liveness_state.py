@@ -44,7 +44,11 @@ class RunFeatures(BaseModel):
     """What a liveness run does beyond what every run of this line does, decided once at its
     start from the peer version its start-up read recorded (``workflows/run_start.py``,
     ``reaper.core.policy.rollout``), so a replay decides the same; a new run decides again.
-    Empty while no change waits for a peer version (1.2 made every change of 1.1 the rule)."""
+    1.2 made every change of 1.1 the rule."""
+
+    rotating_hosts: bool = False
+    """``rotating-hosts`` (CONTRACT.md §6): migrating drains, ``drained``, and the operator
+    commands as updates."""
 
 
 class DrainRequest(BaseModel):
@@ -54,6 +58,11 @@ class DrainRequest(BaseModel):
     draining: bool
     reason: str = ""
     actor: str = "operator"
+    migrate: bool = False
+    """A migrating drain (§6.1): move the worker's tasks, replacement first."""
+    deadline: float | None = None
+    """The migration's deadline, seconds after it is applied (``None``:
+    ``REAPER_DRAIN_DEADLINE``)."""
     key: str = ""
     """The ``events.dedupe`` key of the row it writes if it changes ``workers.draining``,
     unique to the request (run id and a count): a retried ``set_draining`` that finds it
@@ -109,6 +118,11 @@ class LivenessState(BaseModel):
     """``last_heartbeat_at`` as last written (it may lag by half of ``STALL_AFTER``, §5.3)."""
     draining: bool = False
     drain_reason: str | None = None
+    migrate_until: datetime | None = None
+    """The deadline (UTC) of the migrating drain that runs, as its drain wrote it (§6.1)."""
+    drained_at: datetime | None = None
+    """When the worker was drained (§6.2: draining and holding no pending or running task),
+    as Postgres says; ``None``: not drained."""
     retired_boot_id: str | None = None
     """The boot id the worker had when it was retired: its beats are ignored (§5.1)."""
     retire_request: ReasonInput | None = None
@@ -161,6 +175,12 @@ class LivenessState(BaseModel):
     drains_taken: int = 0
     """Drain and undrain requests taken so far (carried across continue-as-new): the count
     in each one's ``key``."""
+    drains_done: int = 0
+    """Drain and undrain requests applied or dropped so far (the count of the newest): an
+    update waits for its request's count (``rotating-hosts``)."""
+    drain_answers: dict[str, bool] = Field(default_factory=dict)
+    """For the newest applied requests (at most ``policy.drain.MAX_QUEUED``), their key ->
+    whether it changed the worker: what a ``drain`` or ``undrain`` update answers."""
     chunks: list[QueuedChunk] = Field(default_factory=list)
     """Chunks waiting to be staged (a run hands over only once they are)."""
     early: list[tuple[str, Any]] | None = Field(default_factory=list)

@@ -27,6 +27,8 @@ class Timings(BaseModel):
     missing_ttl: float
     creating_timeout: float
     retire_after: float
+    # Absent from runs of the 1.1 line: a migrating drain's default deadline (§6.1).
+    drain_deadline: float = 3600.0
     resync_interval: float
     disruption_threshold: float
     dry_run: bool
@@ -154,6 +156,9 @@ class GcStatusInput(BaseModel):
     kind: Kind
     status: KindStatus
     assignments: list[str] | None = None
+    drained: bool | None = None
+    """Whether the worker is drained (§6.2), as a tasks reconcile read it; ``None``: not
+    said (a collector of the 1.1 line, or another kind)."""
 
 
 class CollectorState(BaseModel):

@@ -209,7 +209,7 @@ async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env,
     machine) are applied in the order they came: a row for each, ending at the last. The
     newest used to replace the unapplied drain, and the undrain then changed nothing and
     wrote no row (CONTRACT.md §5.1 wants one; ``drain-in-order``). Still one
-    ``set_draining`` activity."""
+    ``drain_worker`` activity (``set_draining`` in a 1.1 run)."""
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     settings = make_settings()
     fleet = Fleet(time_env, pool, tq)
@@ -236,7 +236,7 @@ async def test_drains_and_undrains_that_arrive_together_apply_in_order(time_env,
     rows = [(n, r, "ops") for n, r in sent]
     assert await drain_rows(fleet.pool, b) == rows
     steps = sequence(history)
-    assert steps.count("ACTIVITY_TASK_SCHEDULED:set_draining") == 1, steps
+    assert steps.count("ACTIVITY_TASK_SCHEDULED:drain_worker") == 1, steps
     assert await replay_failures([history]) == {}
 
 

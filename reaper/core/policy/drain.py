@@ -15,8 +15,11 @@ Pure: no I/O, no Temporal. Tested in tests/policy/test_drain.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
 from reaper.core.liveness_state import DrainRequest
+from reaper.core.policy.migration import starts_migration
 
 MAX_QUEUED = 16
 """The most drain and undrain requests a liveness holds unapplied (at least 2): what a
@@ -46,11 +49,64 @@ def queue_drain(
     """
     if limit < 2:
         raise ValueError(f"limit must be at least 2, not {limit}")
-    if queued and queued[-1].draining == request.draining:
+    if queued and sets_the_same(queued[-1], request):
         return list(queued), 1
     if len(queued) >= limit:
         return list(queued[:-1]), 2
     return [*queued, request], 0
+
+
+def sets_the_same(before: DrainRequest, request: DrainRequest) -> bool:
+    """Whether ``request`` changes nothing after ``before``: the same direction, and no
+    migration asked for that ``before`` did not ask for (a migrating ``drain`` after a plain
+    one starts the migration, §6.1)."""
+    return before.draining == request.draining and (before.migrate or not request.migrate)
+
+
+@dataclass(frozen=True)
+class DrainEffect:
+    """What applying one request does (:func:`drain_effects`).
+
+    Attributes:
+        request: the request.
+        draining: it changes ``workers.draining`` (an ``events`` row ``drain`` or
+            ``undrain``).
+        migrates: it starts a migration (§6.1): ``migrate_until`` is set.
+        cancels: an ``undrain`` that ends a migration that runs (§6.1).
+    """
+
+    request: DrainRequest
+    draining: bool = False
+    migrates: bool = False
+    cancels: bool = False
+
+    @property
+    def changes(self) -> bool:
+        """Whether it changed the worker at all (what an update answers)."""
+        return self.draining or self.migrates
+
+
+def drain_effects(
+    draining: bool, migrate_until: datetime | None, requests: Sequence[DrainRequest], at: datetime
+) -> list[DrainEffect]:
+    """What each of ``requests`` does, applied in order at ``at`` (UTC) to a worker whose row
+    says ``draining`` and ``migrate_until`` (a migration's deadline; ``None``: none runs): a
+    drain of a worker not draining drains it; a drain with ``migrate`` also starts a
+    migration if none runs (``policy.migration.starts_migration``), even of a worker that
+    drains already; an undrain of a draining worker undrains it and ends its migration."""
+    effects = []
+    running = migrate_until is not None and not starts_migration(True, migrate_until, at)
+    for request in requests:
+        if request.draining:
+            migrates = request.migrate and not running
+            effect = DrainEffect(request, draining=not draining, migrates=migrates)
+            running = running or migrates
+        else:
+            effect = DrainEffect(request, draining=draining, cancels=migrate_until is not None)
+            running, migrate_until = False, None
+        draining = request.draining
+        effects.append(effect)
+    return effects
 
 
 def drain_changes(draining: bool, requests: Sequence[DrainRequest]) -> list[DrainRequest]:

@@ -118,8 +118,9 @@ def _need_refresh(live: LivenessState) -> bool:
 
 def shown_values(live: LivenessState) -> tuple[str, int]:
     """``(ReaperState, ReaperMissing)`` as the Web UI should show them (CONTRACT.md §2):
-    ``draining`` for a running worker that drains."""
+    ``draining`` for a running worker that drains, ``drained`` once it holds nothing (§6.2;
+    a ``drained_at`` is known only in ``rotating-hosts`` runs)."""
     shown = live.state.value
     if live.draining and live.state is WorkerState.running:
-        shown = "draining"
+        shown = "drained" if live.drained_at is not None else "draining"
     return shown, sum(status.missing for status in live.collected.values())

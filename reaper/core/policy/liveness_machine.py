@@ -35,6 +35,7 @@ from reaper.core.policy.liveness_clock import (
     next_deadline,
 )
 from reaper.core.policy.liveness_due import ORDER, Step, due_steps, needs, shown_values
+from reaper.core.policy.migration import return_undrains
 
 __all__ = [
     "DEADLINE_SLACK_S",
@@ -44,11 +45,13 @@ __all__ = [
     "Clock",
     "Decision",
     "Drain",
+    "Drained",
     "ForceReap",
     "Outcome",
     "Retire",
     "StateRecord",
     "Step",
+    "answer_drain",
     "automatic_retire_due",
     "deadline_passed",
     "decide",
@@ -109,6 +112,13 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class Drained:
+    """What the collector read of the worker's row (§6.2): drained or not."""
+
+    drained: bool
+
+
+@dataclass(frozen=True)
 class Retire:
     """A ``retire`` from an operator or the agent, authenticated."""
 
@@ -120,7 +130,19 @@ class Clock:
     """The loop looks at the clock (a deadline timer fired, or a turn starts)."""
 
 
-Event = Beat | Authenticated | ForceReap | Drain | Retire | Clock
+Event = Beat | Authenticated | ForceReap | Drain | Drained | Retire | Clock
+
+MAX_ANSWERS = 32
+"""The drain and undrain answers a liveness keeps (``LivenessState.drain_answers``): an
+update waits for its own, which comes within one turn of the loop."""
+
+
+def answer_drain(live: LivenessState, key: str, changed: bool) -> None:
+    """Record what the drain request ``key`` did (an update answers with it), keeping the
+    newest :data:`MAX_ANSWERS`."""
+    live.drain_answers[key] = changed
+    while len(live.drain_answers) > MAX_ANSWERS:
+        del live.drain_answers[next(iter(live.drain_answers))]
 
 
 def admit_beat(live: LivenessState, beat: Heartbeat) -> Outcome:
@@ -163,7 +185,10 @@ def accept_beat(live: LivenessState, beat: Heartbeat, now: datetime) -> Outcome:
     live.graced_at = None  # the silence ended: a later outage gets a grace of its own
     if not returned:
         return Outcome("accepted")
-    # Back: running again, and only reports from now on decide (rule 4).
+    # Back: running again, and only reports from now on decide (rule 4); back from lost it
+    # is drained no more (§6.2, ``policy.migration.return_undrains``).
+    if return_undrains(live.state.value, WorkerState.running.value):
+        live.drained_at = None
     live.state, live.state_since = WorkerState.running, now
     live.returned_at = now
     live.grace_until = None
@@ -189,13 +214,26 @@ def drain(live: LivenessState, req: DrainRequest, run: str) -> Outcome:
     when it drops requests."""
     live.drains_taken += 1
     req = req.model_copy(update={"key": f"drain:{run}:{live.drains_taken}"})
+    before = live.drains
     live.drains, dropped = queue_drain(live.drains, req)
     verb = "drain" if req.draining else "undrain"
     if dropped == 1:
+        answer_drain(live, req.key, False)
         return Outcome("noted", f"{verb} dropped: the request before it sets the same")
     if dropped == 2:
+        answer_drain(live, before[-1].key, False)
+        answer_drain(live, req.key, False)
         return Outcome("noted", f"{verb} dropped with the request it undoes: too many queued")
     return Outcome("accepted")
+
+
+def drained(live: LivenessState, flag: bool, now: datetime) -> Outcome:
+    """The collector read the worker drained (§6.2) or not: shown from ``now`` (UTC)."""
+    if not flag:
+        live.drained_at = None
+    elif live.drained_at is None:
+        live.drained_at = now
+    return Outcome()
 
 
 def retire(live: LivenessState, req: ReasonInput) -> Outcome:
@@ -283,6 +321,8 @@ def decide(live: LivenessState, now: datetime, event: Event) -> Decision:
         outcome = force_reap(live, event.request, now)
     elif isinstance(event, Drain):
         outcome = drain(live, event.request, event.run)
+    elif isinstance(event, Drained):
+        outcome = drained(live, event.drained, now)
     elif isinstance(event, Retire):
         outcome = retire(live, event.request)
     else:

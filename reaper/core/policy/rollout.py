@@ -29,7 +29,14 @@ DEFAULT_PEER_VERSION = "1.1"
 previous line, so a rolling upgrade from it is safe with nothing set. Also what a start-up
 read that carries no peer version counts as."""
 
-COMMAND_CHANGES: dict[str, str] = {}
+ROTATING_HOSTS = "rotating-hosts"
+"""Contract v1.2 (§6): a ``drain`` may migrate the worker's tasks (``migrate``, a deadline),
+a drained worker shows ``drained`` in the ``state`` query and ``ReaperState``, and
+``force_reap``, ``drain``, ``undrain`` and ``retire`` are Temporal Updates that answer. A
+liveness of the 1.1 line has no update handlers and never shows ``drained``: a history with
+an accepted update or a ``drained`` upsert would not replay on it."""
+
+COMMAND_CHANGES: dict[str, str] = {ROTATING_HOSTS: "1.2"}
 """Each change that a controller of an older line could not serve beside (a workflow's
 commands, or what an activity's input asks) and the line that introduced it."""
 
