@@ -241,8 +241,11 @@ async def _destroy_retry(env: WorkflowEnvironment, pool: asyncpg.Pool) -> None:
 async def _orphan(env: WorkflowEnvironment, pool: asyncpg.Pool) -> None:
     async with fleet_with(env, pool, monitor=True, **TIMINGS) as fleet:
         w = fleet.name("w")
-        await fleet.beat(w, volumes=["stray"])
-        due = await now(fleet) + timedelta(seconds=TTL)
+        first = await fleet.beat(w, volumes=["stray"])
+        # Due TTL after the report that first held it was taken (the beat's time, which the
+        # server's clock has passed by the time a test reads it: under load by over 1 s).
+        assert first.last_heartbeat_at is not None
+        due = first.last_heartbeat_at + timedelta(seconds=TTL)
         report: dict[str, dict[str, Any]] = {w: {"volumes": ["stray"]}}
         await advance_to(fleet, due - timedelta(seconds=1), report)
         assert (await fleet.state(w)).orphans == []
