@@ -302,3 +302,54 @@ async def running_workers(db: Db) -> list[str]:
         states.PLACEABLE,
     )
     return [r["name"] for r in rows]
+
+
+# ---- a migrating drain, as `reaper drain --wait` and `reaper explain` show it ------------
+
+
+class MigrationRow(NamedTuple):
+    """One task of a draining worker and its newest replacement (CONTRACT.md §6.1)."""
+
+    task: str
+    state: str
+    stop_reason: str | None
+    replacement: str | None
+    replacement_worker: str | None
+    replacement_state: str | None
+
+
+class DrainRow(NamedTuple):
+    """A worker's drain: ``draining``, the migration's deadline (UTC) and ``drained_at``."""
+
+    draining: bool
+    migrate_until: datetime | None
+    drained_at: datetime | None
+
+
+async def drain_state(db: Db, worker: str) -> DrainRow | None:
+    """The worker's drain as Postgres holds it; ``None`` for an unknown worker."""
+    row = await db.fetchrow(
+        "SELECT draining, migrate_until, drained_at FROM reaper.workers WHERE name = $1", worker
+    )
+    return DrainRow(row["draining"], row["migrate_until"], row["drained_at"]) if row else None
+
+
+async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[MigrationRow]:
+    """The tasks of ``worker`` that were active at ``since`` (UTC; every task of it still
+    active, or stopped since then) with their newest replacement, oldest first."""
+    rows = await db.fetch(
+        "SELECT o.id, o.state, o.stop_reason, r.id AS rid, r.worker AS rworker,"
+        " r.state AS rstate FROM reaper.tasks o LEFT JOIN LATERAL (SELECT id, worker, state"
+        "  FROM reaper.tasks WHERE replaces = o.id ORDER BY created_at DESC, id LIMIT 1) r"
+        "  ON true"
+        " WHERE o.worker = $1 AND (o.state = ANY($2::text[])"
+        "  OR ($3::timestamptz IS NOT NULL AND o.updated_at >= $3))"
+        " ORDER BY o.created_at, o.id",
+        worker,
+        states.ACTIVE_TASKS,
+        since,
+    )
+    return [
+        MigrationRow(r["id"], r["state"], r["stop_reason"], r["rid"], r["rworker"], r["rstate"])
+        for r in rows
+    ]
