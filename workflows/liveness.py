@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
-    from workflows.operator import OperatorCommands
+    from workflows.operator import STARTING, OperatorCommands
     from workflows.run_start import begin_run, start_input
     from workflows.view import deadlines_view, state_view
 
@@ -174,6 +174,10 @@ class WorkerLiveness:
         """Refuse an update (no history event; the caller gets the reason, §6.3)."""
         refused = self.ops.refusal(what, args[0] if args else None)
         if refused:
+            if refused != STARTING:  # counted as a rejected signal is (§5.4)
+                with workflow.unsafe.imports_passed_through():
+                    from activities.metrics import count_rejected
+                count_rejected()
             raise ValueError(refused)
 
     @workflow.signal(name="gc_status")
@@ -267,10 +271,7 @@ class WorkerLiveness:
                 await self.steps.retirement.end()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 return
-            # A drain and chunks are applied before the run hands over (a signal in this
-            # very activation is seen here).
-            if should_continue_as_new() and not live.chunks and not live.drains:
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            if self._hands_over():
                 workflow.continue_as_new(LivenessInput(worker=live.worker, carried=live))
             # rearm-on-beat: the beat before the timer would fire re-arms it.
             t = live.timings
@@ -288,7 +289,20 @@ class WorkerLiveness:
         return machine.next_deadline(self.live)
 
     def _has_work(self) -> bool:
-        return bool(machine.due_steps(self.live)) or should_continue_as_new()
+        return bool(machine.due_steps(self.live)) or self._hands_over()
+
+    def _hands_over(self) -> bool:
+        """Whether the run continues as new now: suggested, with drains and chunks applied
+        (a signal in this very activation is seen here) and no update still waiting for
+        the loop to carry it out (an update answers once its step ran; waiting for it here
+        would wait for ever)."""
+        live = self.live
+        return (
+            should_continue_as_new()
+            and not live.chunks
+            and not live.drains
+            and workflow.all_handlers_finished()
+        )
 
     # ---- helpers -------------------------------------------------------------------------
 

@@ -31,6 +31,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import Gate
 
 COMMANDS = ("force_reap", "drain", "undrain", "retire")
+STARTING = "the liveness is starting a run: try again in a moment"
+"""An update's refusal while a run reads its settings (a continue-as-new, about every
+4,000 events): the caller asks again (``reaper`` does, for a few seconds)."""
 """The operator commands, as signals and as updates (CONTRACT.md §6.3)."""
 
 
@@ -135,13 +138,13 @@ class OperatorCommands:
         """An update's validator: the one-line reason ``what`` with ``raw`` is refused, or
         ``""`` if it may be taken. Reads only (Temporal runs validators outside history)."""
         live = self.live
+        if live.early is not None:  # its features are decided once its settings are read
+            return STARTING
         if not live.features.rotating_hosts:
             return (
                 f"{what} as an update needs every controller on 1.2 (REAPER_PEER_VERSION=1.2);"
                 " send the signal"
             )
-        if live.early is not None:
-            return "the liveness is starting: try again in a moment"
         try:
             req = self._model(what).model_validate(raw if raw is not None else {})
         except ValidationError as exc:

@@ -205,7 +205,8 @@ async def test_undrain_then_retire_of_a_running_worker(
                 "undrain", w, "--reason", "done", "--address", addr, env={"USER": "bob"}
             )
             assert out.returncode == 0, out
-            assert f"sent undrain to liveness-{w}" in out.stdout and "actor: bob" in out.stdout
+            assert out.stdout.startswith(f"undrain of {w}: changed; not draining"), out.stdout
+            assert "actor: bob" in out.stdout
             # The liveness shows the change once its activity has written workers.draining.
             await eventually(
                 lambda: query_state(client, w), lambda v: not v.draining, what="undrained"
@@ -222,7 +223,7 @@ async def test_undrain_then_retire_of_a_running_worker(
                 "retire", w, "--reason", "scale-in", "--address", addr, env={"USER": "alice"}
             )
             assert out.returncode == 0, out
-            assert f"sent retire to liveness-{w}" in out.stdout
+            assert out.stdout.startswith(f"retire of {w}: changed; running -> retired"), out
             await eventually(
                 lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
                 lambda st: st == "retired",

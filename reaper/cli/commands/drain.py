@@ -121,7 +121,11 @@ def rejected_message(name: str, reason: str, signed: bool) -> str:
 UPDATE_TIMEOUT_S = 60.0
 """How long an update may wait for a controller to take it and answer (seconds): an update
 no controller took in that time was never delivered, and changed nothing."""
-OLDER_LINE = ("needs every controller on 1.2", "not found", "unknown update")
+STARTING_TRIES = 20
+"""Tries of an update refused because the liveness is starting a run (half a second apart)."""
+SIGNATURE_REFUSALS = ("signed", "signature", "REAPER_AGENT_AUTH")
+"""Words of a refusal by who may speak (``policy.auth``): the command then says how to sign."""
+OLDER_LINE = ("needs every controller on 1.2", "expected but not found")
 """Refusals that mean the liveness takes no updates (the 1.1 line): the signal is sent."""
 
 
@@ -135,12 +139,16 @@ class Sent:
         self.confirmed = confirmed
 
 
-async def _running_liveness(settings: ConnectionSettings, worker: str) -> Any:
-    """The handle of ``worker``'s running liveness.
+async def _running_liveness(settings: ConnectionSettings, worker: str) -> tuple[Any, bool]:
+    """The handle of ``worker``'s running liveness, and whether a controller polls its task
+    queue now (an update with no one to take it would wait; a signal waits in Temporal).
 
     Raises:
         CliError: not a worker name, no such liveness, or it is not running.
     """
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError, RPCStatusCode
 
@@ -163,7 +171,14 @@ async def _running_liveness(settings: ConnectionSettings, worker: str) -> Any:
             f"unknown worker {worker!r}: liveness workflow {wf_id} is not running "
             f"({desc.status.name.lower() if desc.status else 'unknown'})"
         )
-    return handle
+    polled = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=desc.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return handle, bool(polled.pollers)
 
 
 async def command_worker(
@@ -184,35 +199,17 @@ async def command_worker(
         CliError: the worker is unknown, Temporal is down or no controller took the update
             in :data:`UPDATE_TIMEOUT_S`, or the liveness refused the command (the reason).
     """
-    from temporalio.client import WorkflowUpdateFailedError
-    from temporalio.service import RPCError
-
     from reaper.core.signing import sign_operator_signal
 
-    handle = await _running_liveness(settings, worker)
+    handle, served = await _running_liveness(settings, worker)
     actor = operator_actor()
     payload: dict[str, Any] = {"reason": reason, "actor": actor, **(extra or {})}
     if key is not None:
         payload = sign_operator_signal(payload, worker, key, signal=name)
-    try:
-        answer = await asyncio.wait_for(handle.execute_update(name, payload), UPDATE_TIMEOUT_S)
-    except WorkflowUpdateFailedError as exc:
-        why = str(exc.cause) if exc.cause is not None else str(exc)
-        if not any(marker in why for marker in OLDER_LINE):
-            raise CliError(f"{name} refused: {why}") from None
-        if extra and extra.get("migrate"):
-            raise CliError(f"{name} refused: {why}") from None
-    except TimeoutError:
-        raise CliError(
-            f"{name} not delivered: no controller took it within {UPDATE_TIMEOUT_S:g}s"
-            " (nothing changed; is a controller serving this task queue?)"
-        ) from None
-    except RPCError as exc:
-        raise CliError(f"{name}: {exc}") from None
-    else:
-        if not answer.get("accepted", False):
-            raise CliError(f"{name} refused: {answer.get('reason', 'not accepted')}")
-        return Sent(actor, answer, True)
+    if served:
+        answer = await _update(handle, name, payload, migrate=bool((extra or {}).get("migrate")))
+        if answer is not None:
+            return Sent(actor, answer, True)
     before = await _rejections(handle)
     await handle.signal(name, payload)
     # A query is answered after the signals sent before it are handled (Temporal's queries
@@ -223,6 +220,50 @@ async def command_worker(
         if last.startswith(f"{name}:"):
             raise CliError(rejected_message(name, last, signed=key is not None))
     return Sent(actor, None, after is not None)
+
+
+async def _update(
+    handle: Any, name: str, payload: dict[str, Any], migrate: bool
+) -> dict[str, Any] | None:
+    """Send ``name`` as an update; its answer, or ``None`` if the liveness takes no updates
+    (the 1.1 line: the caller sends the signal). A refusal because the liveness is starting
+    a run is asked again, for :data:`STARTING_TRIES` tries.
+
+    Raises:
+        CliError: refused (the reason; for a signature's, how to sign), no answer within
+            :data:`UPDATE_TIMEOUT_S`, a migrating drain to a liveness that cannot migrate,
+            or Temporal failed.
+    """
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    why = ""
+    for _ in range(STARTING_TRIES):
+        try:
+            answer: dict[str, Any] = await asyncio.wait_for(
+                handle.execute_update(name, payload), UPDATE_TIMEOUT_S
+            )
+        except WorkflowUpdateFailedError as exc:
+            why = str(exc.cause) if exc.cause is not None else str(exc)
+            if "is starting a run" in why:
+                await asyncio.sleep(0.5)
+                continue
+            break
+        except TimeoutError:
+            raise CliError(
+                f"{name}: no controller answered within {UPDATE_TIMEOUT_S:g}s; it may still be"
+                " taken once one serves this task queue (reaper events shows whether it was)"
+            ) from None
+        except RPCError as exc:
+            raise CliError(f"{name}: {exc}") from None
+        if not answer.get("accepted", False):
+            raise CliError(f"{name} refused: {answer.get('reason', 'not accepted')}")
+        return answer
+    if any(marker in why for marker in SIGNATURE_REFUSALS):
+        raise CliError(rejected_message(name, why, signed="sig" in payload))
+    if migrate or not any(marker in why for marker in OLDER_LINE):
+        raise CliError(f"{name} refused: {why}")
+    return None
 
 
 def describe_answer(name: str, worker: str, answer: dict[str, Any]) -> str:
@@ -272,7 +313,10 @@ def _operator_command(
         fail(CliError(f"{name}: {exc}"))
     signed = f", signed by {public_key_text(key)}" if key is not None else ""
     if sent.answer is not None:
-        console.print(describe_answer(name, worker, sent.answer), highlight=False, markup=False)
+        said = f" (reason: {reason!r}, actor: {sent.actor}{signed})"
+        console.print(
+            describe_answer(name, worker, sent.answer) + said, highlight=False, markup=False
+        )
         return sent
     console.print(
         f"sent {name} to liveness-{worker} (reason: {reason!r}, actor: {sent.actor}{signed});"
