@@ -35,13 +35,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.gate import Gate
     from workflows.intake import ReportIntake
     from workflows.liveness_steps import LivenessSteps
-    from workflows.operator import STARTING, OperatorCommands
+    from workflows.operator import OperatorCommands, OperatorHandlers
     from workflows.run_start import begin_run, start_input
     from workflows.view import deadlines_view, state_view
 
 
 @workflow.defn(name="WorkerLiveness")
-class WorkerLiveness:
+class WorkerLiveness(OperatorHandlers):
     """Liveness of one worker. Start input ``{"worker": name}``; signals ``heartbeat``,
     ``force_reap``, ``drain``, ``undrain``, ``retire`` (CONTRACT.md §2, §5.1) and, from the
     collector, ``gc_status``, ``want_report``, ``nudge``, ``gc_stopped``; query ``state``.
@@ -101,84 +101,6 @@ class WorkerLiveness:
             return
         self.intake.take(beat, now, fenced.verdict == "returned")
         self.steps.view.show_details()
-
-    @workflow.signal(name="force_reap")
-    def force_reap(self, *args: Any) -> None:
-        """Operator: reap this worker now (bypasses the disruption guard, rule 5)."""
-        self.ops.signal("force_reap", front_door.first(args, "force_reap"))
-
-    @workflow.signal(name="drain")
-    def drain(self, *args: Any) -> None:
-        """Operator: place nothing new on this worker; with ``migrate``, move its tasks
-        (§5.1, §6.1)."""
-        self.ops.signal("drain", front_door.first(args, "drain"))
-
-    @workflow.signal(name="undrain")
-    def undrain(self, *args: Any) -> None:
-        """Operator: placements on this worker resume, a migration ends (§5.1, §6.1)."""
-        self.ops.signal("undrain", front_door.first(args, "undrain"))
-
-    @workflow.signal(name="retire")
-    def retire(self, *args: Any) -> None:
-        """Operator or agent: the worker leaves the fleet for good (§5.1), at once."""
-        self.ops.signal("retire", front_door.first(args, "retire"))
-
-    # ---- the same commands as updates that answer (CONTRACT.md §6.3) -----------------------
-
-    @workflow.update(name="force_reap")
-    async def force_reap_update(self, *args: Any) -> dict[str, Any]:
-        """``force_reap`` that answers once the loss is recorded."""
-        return await self.ops.answer("force_reap", front_door.first(args, "force_reap"))
-
-    @force_reap_update.validator
-    def _validate_force_reap(self, *args: Any) -> None:
-        self._validate("force_reap", args)
-
-    @workflow.update(name="drain")
-    async def drain_update(self, *args: Any) -> dict[str, Any]:
-        """``drain`` that answers once applied: what changed, the migration, drained."""
-        return await self.ops.answer("drain", front_door.first(args, "drain"))
-
-    @drain_update.validator
-    def _validate_drain(self, *args: Any) -> None:
-        self._validate("drain", args)
-
-    @workflow.update(name="undrain")
-    async def undrain_update(self, *args: Any) -> dict[str, Any]:
-        """``undrain`` that answers once applied."""
-        return await self.ops.answer("undrain", front_door.first(args, "undrain"))
-
-    @undrain_update.validator
-    def _validate_undrain(self, *args: Any) -> None:
-        self._validate("undrain", args)
-
-    @workflow.update(name="retire")
-    async def retire_update(self, *args: Any) -> dict[str, Any]:
-        """``retire`` that answers once the worker is retired."""
-        return await self.ops.answer("retire", front_door.first(args, "retire"))
-
-    @retire_update.validator
-    def _validate_retire(self, *args: Any) -> None:
-        self._validate("retire", args)
-
-    @workflow.update(dynamic=True)
-    async def unknown_update(self, name: str, args: Sequence[RawValue]) -> None:
-        """An update of a name this liveness does not know: its validator refuses it."""
-
-    @unknown_update.validator
-    def _validate_unknown(self, name: str, args: Sequence[RawValue]) -> None:
-        front_door.unknown_signal(name, len(args))
-        raise ValueError(f"unknown update {str(name)[:64]!r}")
-
-    def _validate(self, what: str, args: Sequence[Any]) -> None:
-        """Refuse an update (no history event; the caller gets the reason, §6.3)."""
-        refused = self.ops.refusal(what, args[0] if args else None)
-        if refused:
-            if refused != STARTING:  # counted as a rejected signal is (§5.4)
-                with workflow.unsafe.imports_passed_through():
-                    from activities.metrics import count_rejected
-                count_rejected()
-            raise ValueError(refused)
 
     @workflow.signal(name="gc_status")
     def gc_status(self, *args: Any) -> None:
