@@ -38,7 +38,8 @@ FLEET_REFRESH_S = 5.0
 ``REAPER_HEARTBEAT_INTERVAL`` is shorter."""
 
 _READ_WORKERS = (
-    "SELECT name, state, last_heartbeat_at FROM reaper.workers WHERE state = ANY($1::text[])"
+    "SELECT name, state, last_heartbeat_at, draining AND drained_at IS NOT NULL AS drained"
+    " FROM reaper.workers WHERE state = ANY($1::text[])"
 )
 """Workers in the fleet ($1, ``states.IN_FLEET``)."""
 _READ_OWED = "SELECT count(*) FROM reaper.tasks WHERE state = $1 AND worker IS NULL"
@@ -57,7 +58,9 @@ async def read_fleet(pool: asyncpg.Pool, threshold: float) -> FleetGauges:
         now = await conn.fetchval("SELECT now()")
         rows = await conn.fetch(_READ_WORKERS, states.IN_FLEET)
         owed = await conn.fetchval(_READ_OWED, states.PLACED.value)
-    workers = (WorkerRow(r["name"], r["state"], r["last_heartbeat_at"]) for r in rows)
+    workers = (
+        WorkerRow(r["name"], r["state"], r["last_heartbeat_at"], r["drained"]) for r in rows
+    )
     return fleet_gauges(workers, owed, threshold, now)
 
 
@@ -96,6 +99,12 @@ class FleetCollector(Collector):
             "reaper_replacements_owed",
             "Owed replacements: pending tasks with no worker.",
             value=g.owed,
+        )
+        yield GaugeMetricFamily(
+            "reaper_workers_drained",
+            "Drained workers: draining and holding no pending or running task (their hosts"
+            " may be terminated, then retired).",
+            value=g.drained,
         )
         lag = GaugeMetricFamily(
             "reaper_heartbeat_lag_max_seconds",

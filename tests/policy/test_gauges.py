@@ -73,3 +73,14 @@ def test_last_heartbeat_per_counted_worker_and_owed_passed_through():
     g = fleet_gauges(workers, owed=3, threshold=0.55, now=at(10))
     assert g.last_heartbeat == {"a": at(5).timestamp()}
     assert g.owed == 3
+
+
+def test_drained_workers_are_counted_from_a_single_pass_over_the_rows():
+    """``reaper_workers_drained`` (CONTRACT.md §6.2); a retired worker counts nowhere, and the
+    rows may be a generator (read once)."""
+    rows = (
+        WorkerRow(n, s, T0, d)
+        for n, s, d in (("a", "running", True), ("b", "running", False), ("c", "retired", True))
+    )
+    g = fleet_gauges(rows, 0, 0.55, T0)
+    assert g.drained == 1 and g.workers["running"] == 2

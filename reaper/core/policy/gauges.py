@@ -28,6 +28,8 @@ class WorkerRow:
     name: str
     state: str
     last_heartbeat_at: datetime | None
+    drained: bool = False
+    """Draining and holding no pending or running task (CONTRACT.md §6.2)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class FleetGauges:
             state; states with no worker that ever beat are absent.
         last_heartbeat: ``worker -> last heartbeat`` as a Unix time in seconds, for every
             counted worker that ever beat.
+        drained: drained workers (§6.2, ``reaper_workers_drained``).
     """
 
     workers: dict[str, int]
@@ -49,6 +52,7 @@ class FleetGauges:
     owed: int
     lag_max: dict[str, float] = field(default_factory=dict)
     last_heartbeat: dict[str, float] = field(default_factory=dict)
+    drained: int = 0
 
 
 def fleet_gauges(
@@ -69,10 +73,12 @@ def fleet_gauges(
     workers = dict.fromkeys(WORKER_STATES, 0)
     lag_max: dict[str, float] = {}
     last: dict[str, float] = {}
+    drained = 0
     for row in rows:
         if row.state not in workers:
             continue
         workers[row.state] += 1
+        drained += row.drained
         if row.last_heartbeat_at is None:
             continue
         lag = max((now - row.last_heartbeat_at).total_seconds(), 0.0)
@@ -81,4 +87,4 @@ def fleet_gauges(
     healthy = sum(workers[s] for s in HEALTHY)
     unhealthy = sum(workers[s] for s in UNHEALTHY)
     level = DISRUPTION_LEVEL[fleet_state(healthy, unhealthy, threshold)]
-    return FleetGauges(workers, level, owed, lag_max, last)
+    return FleetGauges(workers, level, owed, lag_max, last, drained)
