@@ -8,6 +8,7 @@ command prints why, exits 1 and leaves no event in the liveness's history.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
@@ -125,6 +126,13 @@ async def test_drain_migrate_wait_moves_every_task_and_exits_when_drained(
                 assert steps[1].startswith("replacement") and "running on " + x in steps[1]
             assert lines[-1].endswith(f"{w}: drained"), lines
             assert len(await update_events(client, w)) == 2  # the accepted one: accepted, completed
+            said = await run_cli(
+                "explain", "worker", w, "--json", "--database-url", db_url, env=env
+            )
+            assert said.returncode == 0, said.stderr
+            assert any(n.startswith("drained since") for n in json.loads(said.stdout)["notes"])
+            listing = await run_cli("workers", "--database-url", db_url, env=env)
+            assert "(drained)" in listing.stdout, listing.stdout
             await eventually(
                 lambda: query_state(client, w), lambda s: s.drained, timeout=20, what="drained"
             )

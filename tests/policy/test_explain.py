@@ -165,3 +165,27 @@ def test_a_row_that_is_gone_is_explained_by_its_last_event():
     e = explain_gone("container", "c-1", [(ago(9), "destroyed", "missing for 300s")])
     assert e.state == "absent" and e.because.startswith("destroyed at")
     assert explain_gone("volume", "v", []).because == "no row in Postgres"
+
+
+def test_a_draining_worker_says_where_each_task_of_its_migration_stands():
+    from reaper.core.policy.explain import MigrationFacts, explain_drain
+
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    until = now + timedelta(minutes=30)
+    tasks = [
+        MigrationFacts("t1", "stopped", "drained", "r1", "x", "running"),
+        MigrationFacts("t2", "running", None, "r2", "x", "running"),
+        MigrationFacts("t3", "running", None, "r3", "y", "pending"),
+        MigrationFacts("t4", "running", None, None, None, None),
+        MigrationFacts("t5", "running", None, "r5", "x", "lost"),  # its worker lost: again
+    ]
+    notes = explain_drain(until, None, tasks, now)
+    assert notes[0] == "migrating until 2026-12-07 12:30:00 UTC: what is left then is stopped"
+    assert notes[1:] == [
+        "t2: replacement r2 runs; it stops next",
+        "t3: replacement r3 placed on y, not running",
+        "t4: waits for a replacement (max_surge, or no capacity)",
+        "t5: waits for a replacement (max_surge, or no capacity)",
+    ]
+    assert explain_drain(None, now, [], now)[0].startswith("drained since 2026-12-07 12:00:00")
+    assert "without --migrate" in explain_drain(None, None, tasks, now)[0]

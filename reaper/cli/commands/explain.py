@@ -66,7 +66,7 @@ async def explain_one(
     Raises:
         CliError: Postgres is unreachable, or ``kind`` is not one of :data:`KINDS`.
     """
-    from reaper.cli import facts
+    from reaper.cli import facts, read
     from reaper.cli.commands.workers import find_database_url
     from reaper.core.models import Timings
     from reaper.core.policy import explain
@@ -105,6 +105,13 @@ async def explain_one(
                     last = view.last_heartbeat_at or w.last_heartbeat_at
                     w = replace(w, state=view.state, last_heartbeat_at=last)
                 e = explain.explain_worker(w, fleet, t, now, grace)
+                drain = await read.drain_state(conn, name)
+                if drain is not None and drain.draining:
+                    rows = await read.migration_rows(conn, name, None)
+                    facts_ = [explain.MigrationFacts(*r) for r in rows]
+                    e.notes += explain.explain_drain(
+                        drain.migrate_until, drain.drained_at, facts_, now
+                    )
         else:
             if row is None:
                 e = explain.explain_gone(kind, name, history)

@@ -172,6 +172,7 @@ async def fleet_overview(
                 "worker": view.worker,
                 "state": view.state,
                 "draining": view.draining,
+                "drained": view.drained,
                 "last_heartbeat_at": last.isoformat() if last else None,
                 "age_s": round((now - last).total_seconds(), 1) if last else None,
                 "missing": view.missing,
@@ -219,7 +220,9 @@ def print_overview(overview: dict[str, Any]) -> None:
             table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "", "")
             continue
         state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
-        if w["draining"]:
+        if w.get("drained"):
+            state += " [magenta](drained)[/]"
+        elif w["draining"]:
             state += " [magenta](draining)[/]"
         tasks = "?" if w["running_tasks"] is None else str(w["running_tasks"])
         table.add_row(
