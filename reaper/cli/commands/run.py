@@ -104,6 +104,7 @@ def run(
     Postgres) until Ctrl-C or SIGTERM, then stop everything. Durations are seconds (30) or
     strings such as 30s, 5m or 1h30m."""
     from reaper.cli.stack import Stack, StackError
+    from reaper.core.policy.rollout import RELEASE_LINES
 
     try:
         settings = settings_from(
@@ -124,6 +125,10 @@ def run(
         )
     except CliError as exc:
         fail(exc)
+    if "peer_version" not in settings.model_fields_set:
+        # One controller and no older peer: this release's own line (rollout.py), so the
+        # embedded stack has all of it (migrating drains, operator updates) unless told.
+        settings = settings.model_copy(update={"peer_version": RELEASE_LINES[-1]})
     setup_logging(logging.WARNING)
 
     def on_signal(signum: int, _frame: object) -> None:
