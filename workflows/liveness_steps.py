@@ -121,6 +121,7 @@ class LivenessSteps:
             actor=actor,
             returned_at=back,
             forced_reap=live.reap_forced and state is WorkerState.lost,
+            complete_at=dict(live.complete_at),
         )
         summary = f"{live.worker}: {what}"
         registration = live.features.local_writes and live.recorded_state is None
@@ -166,6 +167,7 @@ class LivenessSteps:
             boot_id=live.boot_id,
             last_seq=live.last_seq,
             last_heartbeat_at=live.last_heartbeat_at,
+            complete_at=dict(live.complete_at),
         )
         try:
             await workflow.execute_local_activity_method(

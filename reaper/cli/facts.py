@@ -8,6 +8,7 @@ from datetime import datetime
 import asyncpg
 
 from reaper.core import states
+from reaper.core.contract import KINDS
 from reaper.core.policy.explain import Event, FleetFacts, RowFacts, WorkerFacts
 
 TABLE = {"container": "reaper.containers", "volume": "reaper.volumes"}
@@ -17,11 +18,25 @@ TABLE = {"container": "reaper.containers", "volume": "reaper.volumes"}
 async def worker_facts(conn: asyncpg.Connection, name: str) -> WorkerFacts | None:
     """The ``workers`` row of ``name``, or ``None``."""
     r = await conn.fetchrow(
-        "SELECT name, state, state_since, last_heartbeat_at, draining, reaped_at, boot_id"
+        "SELECT name, state, state_since, last_heartbeat_at, draining, reaped_at, boot_id,"
+        " containers_complete_at, volumes_complete_at, tasks_complete_at, created_at"
         " FROM reaper.workers WHERE name = $1",
         name,
     )
-    return WorkerFacts(**dict(r)) if r is not None else None
+    if r is None:
+        return None
+    return WorkerFacts(
+        name=r["name"],
+        state=r["state"],
+        state_since=r["state_since"],
+        last_heartbeat_at=r["last_heartbeat_at"],
+        draining=r["draining"],
+        reaped_at=r["reaped_at"],
+        boot_id=r["boot_id"],
+        complete_at={kind: r[f"{kind}_complete_at"] for kind in KINDS},
+        row_heartbeat_at=r["last_heartbeat_at"],
+        created_at=r["created_at"],
+    )
 
 
 async def fleet_facts(conn: asyncpg.Connection) -> FleetFacts:

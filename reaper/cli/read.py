@@ -15,6 +15,7 @@ from typing import NamedTuple, TypeAlias
 import asyncpg
 
 from reaper.core import states
+from reaper.core.contract import KINDS
 from reaper.core.states import TaskState
 
 Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
@@ -41,6 +42,34 @@ async def running_task_counts(db: Db) -> dict[str, int]:
         TaskState.running.value,
     )
     return {r["worker"]: int(r["n"]) for r in rows}
+
+
+class ReportTimes(NamedTuple):
+    """A worker's row as ``policy.reports.liveness_only`` judges it: state, last heartbeat,
+    per kind the last complete report (``workers.<kind>_complete_at``), and when the row was
+    made. Times UTC; the row may lag the liveness by up to ``STALL_AFTER`` (§5.3)."""
+
+    state: str
+    last_heartbeat_at: datetime | None
+    complete_at: dict[str, datetime | None]
+    created_at: datetime
+
+
+async def report_times(db: Db) -> dict[str, ReportTimes]:
+    """Every worker's :class:`ReportTimes`, by name."""
+    rows = await db.fetch(
+        "SELECT name, state, last_heartbeat_at, containers_complete_at, volumes_complete_at,"
+        " tasks_complete_at, created_at FROM reaper.workers"
+    )
+    return {
+        r["name"]: ReportTimes(
+            r["state"],
+            r["last_heartbeat_at"],
+            {kind: r[f"{kind}_complete_at"] for kind in KINDS},
+            r["created_at"],
+        )
+        for r in rows
+    }
 
 
 class FleetRow(NamedTuple):

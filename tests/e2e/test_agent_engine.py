@@ -30,6 +30,7 @@ from reaper.cli.runtimes.labels import HANDLE_LABEL, TASK_LABEL, WORKER_LABEL
 from reaper.cli.runtimes.templates import Templates
 from reaper.core.contract import StateView
 from reaper.core.protocol import report_digest
+from reaper.infra.metrics_endpoint import read_fleet
 from reaper.kit.processes import free_port
 from tests.support.agents import AgentProcess, Agents
 from tests.support.controller import controller, make_settings
@@ -608,9 +609,26 @@ async def test_engine_outages_lose_nothing_and_remove_nothing(
             podman.stop_service("outage")
             tl.mark("engine service stopped (SIGTERM: its socket removed)")
             await beats_while_down("stopped, no socket", 1)
+            # Liveness only, and visible (issue 35): counted by the gauge, which only a
+            # running worker beating without complete reports for RESYNC_INTERVAL is.
+            resync = TIMINGS["resync_interval"]
+            await eventually(
+                lambda: read_fleet(pool, 0.55, resync),
+                lambda g: g.reports_incomplete == 1,
+                timeout=30,
+                what="reaper_workers_reports_incomplete 1 while the engine is down",
+            )
+            tl.mark("counted in reaper_workers_reports_incomplete")
             podman.start_service("outage")
             tl.mark("engine service started again")
             await answers_again(1)
+            await eventually(
+                lambda: read_fleet(pool, 0.55, resync),
+                lambda g: g.reports_incomplete == 0,
+                timeout=30,
+                what="reaper_workers_reports_incomplete 0 once complete reports resume",
+            )
+            tl.mark("no longer counted (complete reports again)")
 
             podman.kill_service("outage")
             tl.mark("engine service killed (SIGKILL: a stale socket, connection refused)")

@@ -13,6 +13,7 @@ an :class:`Explanation` out. Times are UTC ``datetime``s, durations seconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,11 +23,17 @@ from reaper.core.contract import WorkerState
 from reaper.core.models import Timings
 from reaper.core.policy import collection, liveness
 from reaper.core.policy.fleet import FleetState, may_reap, retire_due
+from reaper.core.policy.reports import liveness_only
 
 
 @dataclass(frozen=True)
 class WorkerFacts:
-    """A worker as Postgres holds it, with its liveness's fresher last beat if known."""
+    """A worker as Postgres holds it, with its liveness's fresher last beat if known.
+
+    ``complete_at`` (kind -> its last complete report) and ``row_heartbeat_at`` are one
+    snapshot of the row (written together): ``last_heartbeat_at`` may be the liveness's
+    fresher beat, which the row's report times lag.
+    """
 
     name: str
     state: str
@@ -35,6 +42,9 @@ class WorkerFacts:
     draining: bool = False
     reaped_at: datetime | None = None
     boot_id: str | None = None
+    complete_at: Mapping[str, datetime | None] = field(default_factory=dict)
+    row_heartbeat_at: datetime | None = None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,9 @@ def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime)
         e.because = f"its last heartbeat was at {clock(beat)} ({silent})"
         e.next, e.due_at = f"stalled at {clock(due)} unless it beats", due
         e.notes.append(f"STALL_AFTER {t.stall_after:g}s")
+        reports = reports_note(w, t)
+        if reports is not None:
+            e.notes.append(reports)
         return e
     if state is WorkerState.stalled:
         e.because = f"no heartbeat since {clock(beat)} ({silent}; STALL_AFTER {t.stall_after:g}s)"
@@ -169,6 +182,26 @@ def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime)
         if verdict.retry_at is not None:
             e.next += f"; reaped at {clock(verdict.retry_at)} unless it beats"
     return e
+
+
+def reports_note(w: WorkerFacts, t: Timings) -> str | None:
+    """``reports liveness only since ...`` when ``policy.reports.liveness_only`` judges the
+    worker's row so (its own heartbeat and report times, one snapshot); else ``None``."""
+    verdict = liveness_only(w.state, w.row_heartbeat_at, w.complete_at, t.resync_interval)
+    if verdict is None:
+        return None
+    kinds = ", ".join(verdict.kinds)
+    if verdict.since is not None:
+        head = f"reports liveness only since {clock(verdict.since)} ({kinds})"
+    else:
+        head = f"reports liveness only: no complete report of {kinds}"
+        if w.created_at is not None:
+            head += f" since it registered at {clock(w.created_at)}"
+    return (
+        f"{head}: no complete report for more than RESYNC_INTERVAL ({t.resync_interval:g}s);"
+        " nothing on it is marked, destroyed, started or removed until one comes (its agent's"
+        " log says why)"
+    )
 
 
 ENDED_BECAUSE = {
