@@ -62,7 +62,7 @@ async def row_facts(conn: asyncpg.Connection, kind: str, handle: str) -> RowFact
     """
     if kind == "task":
         r = await conn.fetchrow(
-            "SELECT t.id, t.worker, t.state, t.missing_since, t.updated_at, t.stop_reason,"
+            "SELECT t.id, t.worker, t.state, t.missing_since, t.state_changed_at, t.stop_reason,"
             " t.service, (SELECT min(r.id) FROM reaper.tasks r WHERE r.replaces = t.id) AS by"
             " FROM reaper.tasks t WHERE t.id = $1",
             handle,
@@ -75,7 +75,7 @@ async def row_facts(conn: asyncpg.Connection, kind: str, handle: str) -> RowFact
             r["worker"],
             r["state"],
             r["missing_since"],
-            r["updated_at"],
+            r["state_changed_at"],
             r["stop_reason"],
             r["service"],
             r["by"],
@@ -108,3 +108,22 @@ async def database_now(conn: asyncpg.Connection) -> datetime:
     """Postgres' clock, UTC: the explanations are judged on it, as the gauges are."""
     at: datetime = await conn.fetchval("SELECT now()")
     return at
+
+
+async def kinds_named(conn: asyncpg.Connection, name: str) -> list[str]:
+    """The kinds (``worker``, ``container``, ``volume``, ``task``, in that order) that have a
+    row named ``name``; if none has, the kinds its events name (a thing gone), oldest first."""
+    r = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM reaper.workers WHERE name = $1) AS worker,"
+        " EXISTS (SELECT 1 FROM reaper.containers WHERE handle = $1) AS container,"
+        " EXISTS (SELECT 1 FROM reaper.volumes WHERE handle = $1) AS volume,"
+        " EXISTS (SELECT 1 FROM reaper.tasks WHERE id = $1) AS task",
+        name,
+    )
+    found = [kind for kind in ("worker", "container", "volume", "task") if r[kind]]
+    if found:
+        return found
+    rows = await conn.fetch(
+        "SELECT kind FROM reaper.events WHERE handle = $1 GROUP BY kind ORDER BY min(id)", name
+    )
+    return [row["kind"] for row in rows]

@@ -93,7 +93,7 @@ async def _events(pool: asyncpg.Pool) -> None:
         await write_events(conn, "w1", "container", "destroyed", ["c-1"], "missing")
         await write_events(conn, "w1", "worker", "state", ["w1"], "running -> stalled")
         await write_events(conn, "w2", "task", "lost", ["t-1"], "disk failed", "alice")
-        await write_events(conn, "w2", "task", "replaced", ["t-2"], "replaces t-1")
+        await write_events(conn, "w2", "task", "replaced", ["t-2"], "replaces t-1", "reaper")
 
 
 def _json_rows(out: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
@@ -133,6 +133,12 @@ async def test_events_filters_and_json(pool: asyncpg.Pool, db_url: str) -> None:
     assert out.returncode == 0, out
     lines = out.stdout.splitlines()
     assert len(lines) == 4 and "w2" in lines[2] and "lost" in lines[2] and "alice" in lines[2]
+    # Times say UTC, as every table's do (issue 35); "(by ...)" only where someone other
+    # than the controller acted: none on its own rows, whether their actor is reaper or none.
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  "
+    assert all(re.match(stamp, ln) for ln in lines), lines
+    assert "(by alice)" in lines[2]
+    assert not [ln for ln in lines if "(by reaper)" in ln or ("(by" in ln and ln != lines[2])]
 
 
 async def test_events_follow_prints_new_rows_and_ends_on_ctrl_c(

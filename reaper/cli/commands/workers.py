@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
+from rich import box
 from rich.table import Table
 
 from reaper.cli.agent_connection import query_state
@@ -267,19 +268,15 @@ def age(seconds: float | None) -> str:
 
 def complete_report(w: dict[str, Any], now: datetime) -> str:
     """The *complete report* cell: how long ago the worker's oldest kind last came complete
-    (``2s ago``), ``liveness only`` (in yellow, with the kinds behind unless all are) when
-    ``policy.reports`` says so, ``never`` if none came, ``?`` if its row is unknown."""
+    as its row holds it (``2s ago``; ``never`` if one never came; ``?`` if its row is
+    unknown), in yellow when ``policy.reports`` says it beats liveness only (its state cell
+    then says so too)."""
     times = w.get("complete_reports")
     if not times:
         return "?"
     known = [datetime.fromisoformat(t) for t in times.values() if t]
     ago = age((now - min(known)).total_seconds()) if len(known) == len(times) else "never"
-    verdict = w.get("liveness_only")
-    if verdict is None:
-        return ago
-    kinds = verdict["kinds"]
-    which = "" if len(kinds) == len(times) else f" ({', '.join(kinds)})"
-    return f"[yellow]{ago}: liveness only{which}[/]"
+    return ago if w.get("liveness_only") is None else f"[yellow]{ago}[/]"
 
 
 def print_overview(overview: dict[str, Any]) -> None:
@@ -291,9 +288,19 @@ def print_overview(overview: dict[str, Any]) -> None:
         style = _FLEET_STYLE.get(fleet["state"], "")
         since = clock(datetime.fromisoformat(fleet["since"]))
         console.print(f"fleet: [{style}]{fleet['state']}[/] since {since}", highlight=False)
-    table = Table(title=f"{len(overview['workers'])} workers")
-    numbers = ("missing", "orphans", "running tasks")
-    for col in ("worker", "state", "last heartbeat", "complete report", *numbers):
+    # Seven columns in 80: a rule under the header and none between the columns, one word
+    # per header, a worker's name never cut (the state wraps first; issue 35).
+    table = Table(
+        title=f"{len(overview['workers'])} workers",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    numbers = ("missing", "orphans", "tasks")
+    table.add_column("worker", no_wrap=True)
+    table.add_column("state", min_width=10)
+    for col in ("heartbeat", "report", *numbers):
         table.add_column(col, justify="right" if col in numbers else "left")
     now = datetime.now(UTC)
     for w in overview["workers"]:
@@ -303,6 +310,8 @@ def print_overview(overview: dict[str, Any]) -> None:
         state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
         if w["draining"]:
             state += " [magenta](draining)[/]"
+        if w.get("liveness_only") is not None:
+            state += " [yellow](liveness only)[/]"
         tasks = "?" if w["running_tasks"] is None else str(w["running_tasks"])
         table.add_row(
             w["worker"],
@@ -313,7 +322,7 @@ def print_overview(overview: dict[str, Any]) -> None:
             str(w["orphans"]),
             tasks,
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     if overview.get("tasks") is not None:
         from reaper.cli.commands.worker_tasks import print_tasks
 
@@ -339,9 +348,11 @@ def workers(
     database_url: str | None = DATABASE_URL_OPTION,
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
-    """The fleet: each worker's state, last heartbeat, missing handles, orphans and running
-    tasks, under the fleet's disruption state. Retired workers are listed only with --all;
-    --tasks lists each worker's tasks."""
+    """The fleet: each worker's state, how long ago its last heartbeat (heartbeat) and its
+    last complete report (report) came, its missing handles, orphans and running tasks
+    (tasks), under the fleet's disruption state. A worker whose beats have carried no
+    complete report for longer than RESYNC_INTERVAL is "(liveness only)". Retired workers
+    are listed only with --all; --tasks lists each worker's tasks."""
     try:
         settings = connection_settings_from(
             temporal_address=address,

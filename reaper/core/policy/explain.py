@@ -117,6 +117,12 @@ def _fleet_note(fleet: FleetFacts, t: Timings) -> str:
     )
 
 
+def reap_done(w: WorkerFacts) -> bool:
+    """Whether the worker's reap for its current ``lost`` spell is done (``reaped_at`` at or
+    after ``state_since``, as ``activities.reap`` records it)."""
+    return w.reaped_at is not None and (w.state_since is None or w.reaped_at >= w.state_since)
+
+
 def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime) -> Explanation:
     """Why worker ``w`` is in its state and what its clock does next (rules 5, 6, §5.1)."""
     state = WorkerState(w.state)
@@ -163,8 +169,7 @@ def explain_worker(w: WorkerFacts, fleet: FleetFacts, t: Timings, now: datetime)
         return e
     # lost
     e.because = f"no heartbeat since {clock(beat)} ({silent}; LOST_AFTER {t.lost_after:g}s)"
-    reaped = w.reaped_at is not None and (w.state_since is None or w.reaped_at >= w.state_since)
-    if reaped and w.state_since is not None:
+    if reap_done(w) and w.state_since is not None:
         at = retire_due(w.state_since, t.retire_after)
         e.notes.append(f"its tasks were reaped at {clock(w.reaped_at)}")
         e.next, e.due_at = f"retired automatically at {clock(at)} unless it beats", at
@@ -232,6 +237,8 @@ def explain_row(
             if r.replaced_by:
                 e.notes.append(f"replaced by {r.replaced_by}")
             return e
+        if task.active and worker is not None and states.worker(worker.state).unhealthy:
+            return _held_by_worker(e, r, worker, fleet, t, now)
         if task.starts:
             if r.worker is None:
                 e.because = "owed: no placeable worker when it was created (§5.1)"
@@ -240,8 +247,18 @@ def explain_row(
                     f" ({2 * t.heartbeat_interval:g}s) of a placeable worker appearing"
                 )
                 return e
-            e.because = f"placed{on}, not reported by its worker yet"
+            since = r.state_changed_at
+            waited = f" ({(now - since).total_seconds():.0f}s ago)" if since else ""
+            e.because = f"placed{on} at {clock(since)}{waited}, not reported by its worker yet"
             e.next = "running once its worker reports it (rule 5)"
+            e.notes.append(
+                "reaper never stops a task its worker has not started (rule 2: only running"
+                " tasks are marked missing): if its agent cannot start it (a missing or bad"
+                f" template, an image not on the host; the agent logs `task {r.handle} not"
+                " started (REASON)` and counts reaper_agent_task_start_failures_total), it"
+                " never will, and it stays pending on this worker until the scheduler moves"
+                " it or the worker is reaped"
+            )
             return e
     else:
         handle = states.HANDLES[states.HandleState(r.state)]
@@ -266,6 +283,42 @@ def explain_row(
     )
     if refused is not None:
         e.notes.append(f"destroy held: {refused} (rules 4 and 6: time away does not count)")
+    return e
+
+
+def _held_by_worker(
+    e: Explanation,
+    r: RowFacts,
+    worker: WorkerFacts,
+    fleet: FleetFacts,
+    t: Timings,
+    now: datetime,
+) -> Explanation:
+    """A pending or running task of an unhealthy worker (stalled, lost): it goes with its
+    worker's reap (rule 5), when :func:`explain_worker` says that comes; after that reap, as
+    a stray (``states``: a lost worker holds no tasks)."""
+    w = explain_worker(worker, fleet, t, now)
+    e.because = f"{r.state} on {worker.name}, which is {worker.state}: {w.because}"
+    if worker.state == WorkerState.lost.value and reap_done(worker):
+        e.next = (
+            f"taken down as a stray by the fleet monitor: {worker.name}'s reap is done and a"
+            " lost worker holds no tasks"
+        )
+    elif worker.state == WorkerState.stalled.value:
+        e.next = (
+            f"reaped (lost) and replaced when {worker.name} is lost, at {clock(w.due_at)},"
+            " unless it beats (rule 5)"
+        )
+        e.due_at = w.due_at
+    elif w.next is not None:
+        e.next = f"reaped (lost) and replaced with {worker.name}: {w.next}"
+        e.due_at = w.due_at
+    e.notes += [n for n in w.notes if "held" in n or "unhealthy" in n]
+    if r.missing_since is not None:
+        e.notes.append(
+            f"marked missing since {clock(r.missing_since)}: not destroyed while its worker"
+            " is away (rule 4: time away does not count)"
+        )
     return e
 
 
