@@ -72,6 +72,37 @@ async def report_times(db: Db) -> dict[str, ReportTimes]:
     }
 
 
+class ServiceState(NamedTuple):
+    """A service as a scheduler reads it before placing: its ``desired_count``, its active
+    tasks (``states.ACTIVE_TASKS``: pending, owed included, or running) and every task id of
+    the form ``<service>-<n>`` taken by any task, whatever its state."""
+
+    desired_count: int
+    active: list[str]
+    numbered: set[str]
+
+
+async def service_state(db: Db, service: str, lock: bool = False) -> ServiceState | None:
+    """``service``'s :class:`ServiceState`, ``None`` if it does not exist; with ``lock``, its
+    row is locked (``FOR UPDATE``) until the caller's transaction ends."""
+    desired = await db.fetchval(
+        "SELECT desired_count FROM reaper.services WHERE name = $1"
+        + (" FOR UPDATE" if lock else ""),
+        service,
+    )
+    if desired is None:
+        return None
+    active = await db.fetch(
+        "SELECT id FROM reaper.tasks WHERE service = $1 AND state = ANY($2::text[]) ORDER BY id",
+        service,
+        states.ACTIVE_TASKS,
+    )
+    numbered = await db.fetch(
+        "SELECT id FROM reaper.tasks WHERE starts_with(id, $1)", f"{service}-"
+    )
+    return ServiceState(int(desired), [r["id"] for r in active], {r["id"] for r in numbered})
+
+
 class FleetRow(NamedTuple):
     """The fleet's disruption state (``normal``, ``partial``, ``full``) and since when."""
 

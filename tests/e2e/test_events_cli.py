@@ -42,6 +42,8 @@ COMMANDS = [
     "workers",
     "events",
     "try-scheduler",
+    "reset",
+    "explain",
     "drain",
     "undrain",
     "retire",
@@ -210,9 +212,36 @@ async def test_try_scheduler_places_a_service_as_a_scheduler_would(
         ]
         for i, w in ((1, "a1"), (2, "a2"), (3, "a1")):
             assert (tmp_path / w / table / f"web-{i}-{suffix}").exists()
+    # It can run again (issue 35): the service is there, with its 3 active tasks: nothing.
     again = await asyncio.to_thread(reaper, *args)
-    assert again.returncode == 1 and "exists already" in again.stderr, again
-    assert again.stderr.count("\n") == 1
+    assert again.returncode == 0, again
+    assert "service web exists already (desired_count 3, 3 active tasks): nothing to place" in (
+        " ".join(again.stdout.split())
+    ), again.stdout
+    assert await pool.fetchval("SELECT count(*) FROM reaper.tasks") == 3
+    # Once two of its tasks ended (reaper stopped them), it places what falls short, with
+    # ids not taken yet; scaled up, one more; scaled down, nothing is stopped.
+    await pool.execute(
+        "UPDATE reaper.tasks SET state = 'stopped', stop_reason = 'missing'"
+        " WHERE id IN ('web-1', 'web-3')"
+    )
+    out = await asyncio.to_thread(reaper, *args, "--tasks-only")
+    assert out.returncode == 0 and "1 active tasks): placed 2 more:" in out.stdout, out
+    out = await asyncio.to_thread(reaper, *args[:-1], "4", "--tasks-only")
+    assert out.returncode == 0 and "desired_count now 4: placed 1 more:" in out.stdout, out
+    tasks = await pool.fetch("SELECT id, state FROM reaper.tasks ORDER BY created_at, id")
+    assert [tuple(r.values()) for r in tasks] == [
+        ("web-1", "stopped"),
+        ("web-2", "pending"),
+        ("web-3", "stopped"),
+        ("web-4", "pending"),
+        ("web-5", "pending"),
+        ("web-6", "pending"),
+    ]
+    out = await asyncio.to_thread(reaper, *args[:-1], "2")
+    assert out.returncode == 0 and "desired_count now 2: nothing to place" in out.stdout, out
+    assert await pool.fetchval("SELECT desired_count FROM reaper.services") == 2
+    assert await pool.fetchval("SELECT count(*) FROM reaper.tasks WHERE state = 'pending'") == 4
 
 
 async def _state_or_none(client: Client, worker: str) -> StateView | None:

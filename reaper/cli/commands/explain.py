@@ -150,7 +150,8 @@ def explain(
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
     """Which rule holds KIND NAME where it is and when it next falls due, with its latest
-    events: "w3 is stalled: ...; next: lost at 12:04:31 unless it beats". Without KIND, the
+    events: "w3 is stalled: no heartbeat since 12:03:31; next: lost at 12:04:31 unless it
+    beats". Without KIND, the
     thing NAME names (reaper explain web-2-c). Times are UTC, judged on Postgres' clock
     with this shell's timings (REAPER_* settings)."""
     what: str | None = kind
