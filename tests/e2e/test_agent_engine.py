@@ -429,13 +429,13 @@ async def test_a_task_is_held_only_while_a_container_of_it_runs(
             for fault, task in tasks.items():
                 [c] = await asyncio.to_thread(containers_of, task)
                 ref = str(c["Id"])
-                began = time.time()
                 if fault == "rm":
                     await asyncio.to_thread(podman.podman, "rm", "-f", "--time", "0", ref)
                 elif fault == "exit":
                     await asyncio.to_thread(podman.podman, "exec", ref, "/bin/sh", "-c", "kill 1")
                 else:
                     await asyncio.to_thread(podman.podman, "kill", ref)
+                began = time.time()  # the fault is done: removed, or the process signalled
                 if fault != "rm":
                     await eventually(
                         lambda ref=ref: asyncio.to_thread(state_of, api, ref),  # type: ignore[misc]
