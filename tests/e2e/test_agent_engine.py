@@ -390,7 +390,8 @@ async def test_a_task_is_held_only_while_a_container_of_it_runs(
 ) -> None:
     """Issue 35: a task whose container was removed by hand, exited on its own or was killed
     by the engine, its volume still there, is reported absent: stopped (``missing``) within
-    MISSING_TTL + 2 x HEARTBEAT_INTERVAL of the fault, replaced exactly once (the
+    MISSING_TTL + 2 x HEARTBEAT_INTERVAL of the fault (plus the time the agent and the
+    controller take to read and write: see ``processing``), replaced exactly once (the
     replacement started from the template and running), and its leftovers (the ended
     container, the volume) removed by the agent as orphans ``task:T``."""
     client, tq = dev_env.client, f"tq-{uuid.uuid4().hex[:8]}"
@@ -409,6 +410,12 @@ async def test_a_task_is_held_only_while_a_container_of_it_runs(
     extra = ("--templates", str(TEMPLATES))
     agent = agent_process(dev_env, tq, w, podman.url("api"), tmp_path / "agent.log", *extra)
     bound = TIMINGS["missing_ttl"] + 2 * TIMINGS["heartbeat_interval"]
+    # The bound's two beats: the first report that lacks the task (its mark) comes within a
+    # beat of the fault, and the destroy needs a report taken MISSING_TTL after the mark,
+    # within a beat of it (rule 4). On top come the agent's engine read and the controller's
+    # reconcile and destroy transactions: 0.0 to 0.2 s on an idle machine (3.9 to 4.2 s
+    # measured), over a second on 2 cores shared with other test processes (5.1 s seen).
+    processing = 2.0
     timelines: list[str] = []
 
     def containers_of(task: str) -> list[dict[str, object]]:
@@ -489,7 +496,7 @@ async def test_a_task_is_held_only_while_a_container_of_it_runs(
                     f" running after {running - began:.1f}s, leftovers removed after"
                     f" {removed - began:.1f}s"
                 )
-                assert stopped - began <= bound, timelines[-1]
+                assert stopped - began <= bound + processing, timelines[-1]
 
             # Replaced exactly once each, and nothing more happens: 8 more beats, past
             # MISSING_TTL + RESYNC_INTERVAL + 2 beats, change nothing.
