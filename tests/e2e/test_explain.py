@@ -11,6 +11,7 @@ from datetime import datetime
 import asyncpg
 from temporalio.testing import WorkflowEnvironment
 
+from tests.support.agents import Agents
 from tests.support.cli import run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import beat, query_state, send
@@ -100,7 +101,9 @@ async def test_explain_a_stalled_worker_a_missing_container_and_a_reaped_task(
         assert any("lost: host r is being rebuilt" in line for line in reaped["history"])
 
         # Without KIND (issue 35): the kind that holds the name.
-        assert await explain(env, db_url, "c-2") == missing
+        plain = await explain(env, db_url, "c-2")
+        same = ("subject", "state", "because", "next", "due_at")  # notes follow w's state
+        assert {k: plain[k] for k in same} == {k: missing[k] for k in same}
         out = await run_cli("explain", "nothing-here", "--database-url", db_url, env=env)
         assert out.returncode == 1 and "nothing is named 'nothing-here'" in out.stderr, out
 
@@ -110,17 +113,17 @@ async def test_explain_a_stalled_worker_a_missing_container_and_a_reaped_task(
         assert held["next"].startswith(f"reaped (lost) and replaced when {s} is lost, at ")
         assert held["due_at"] == stalled["due_at"]
 
-        # A task its running worker never starts: pending, and reaper will not move it.
-        await send(client, tq, beat(w, 1, containers=["c-1"]))
-        await eventually(
-            lambda: query_state(client, w), lambda v: v.state == "running", what="w back"
-        )
-        await eventually(
-            lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
-            lambda st: st == "running",
-            what="w's row running",
-        )
-        pending = await explain(env, db_url, "task", "t-p")
+        # A task its running worker never starts: pending, and reaper will not move it. (w
+        # beats on meanwhile, its reports without tasks: as an agent with no template.)
+        with Agents(client, tq) as agents:
+            agents.reports = {w: {"containers": ["c-1"]}}
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
+                lambda st: st == "running",
+                timeout=30,
+                what="w's row running again",
+            )
+            pending = await explain(env, db_url, "task", "t-p")
         assert pending["state"] == "pending" and pending["because"].startswith(f"placed on {w}")
         assert any("never will" in n for n in pending["notes"]), pending
 
