@@ -20,6 +20,7 @@ from activities.types import (
     WorkerStateChange,
 )
 from reaper.core import states
+from reaper.core.contract import KINDS
 from reaper.core.models import Timings
 from reaper.core.policy import liveness as policy
 from reaper.core.policy import migration as migration_policy
@@ -37,6 +38,23 @@ _CLEAR_MARKS = (
     "UPDATE reaper.tasks SET missing_since = NULL WHERE worker = $1 AND missing_since IS NOT NULL",
     "DELETE FROM reaper.dry_marks WHERE worker = $1 AND NOT done",
 )
+
+
+_WRITE_COMPLETE = (
+    "UPDATE reaper.workers SET containers_complete_at = GREATEST(containers_complete_at, $2),"
+    " volumes_complete_at = GREATEST(volumes_complete_at, $3),"
+    " tasks_complete_at = GREATEST(tasks_complete_at, $4)"
+    " WHERE name = $1 AND (containers_complete_at, volumes_complete_at, tasks_complete_at)"
+    " IS DISTINCT FROM (GREATEST(containers_complete_at, $2), GREATEST(volumes_complete_at, $3),"
+    " GREATEST(tasks_complete_at, $4))"
+)
+"""Each kind's last complete report ($2..$4, ``KINDS`` order; ``NULL``: none known), never
+moved backwards (``GREATEST`` ignores a ``NULL``); a row it would not change is not written."""
+
+
+def _complete(complete_at: dict[str, datetime]) -> list[datetime | None]:
+    """``complete_at`` as the parameters of the ``*_complete_at`` columns, in ``KINDS`` order."""
+    return [complete_at.get(kind) for kind in KINDS]
 
 
 class LivenessActivities(ActivityBase):
@@ -105,6 +123,7 @@ class LivenessActivities(ActivityBase):
                     change.at,
                     states.TERMINAL,
                 )
+            await conn.execute(_WRITE_COMPLETE, change.worker, *_complete(change.complete_at))
             # The evidence a forced reap needs: this liveness accepted an operator's force_reap.
             await conn.execute(
                 "UPDATE reaper.workers SET force_reap_at = $3"
@@ -157,7 +176,10 @@ class LivenessActivities(ActivityBase):
             True if the row was written.
         """
         written = await self.pool.fetchval(
-            "UPDATE reaper.workers SET last_seq = $3, last_heartbeat_at = $4"
+            "UPDATE reaper.workers SET last_seq = $3, last_heartbeat_at = $4,"
+            " containers_complete_at = GREATEST(containers_complete_at, $6),"
+            " volumes_complete_at = GREATEST(volumes_complete_at, $7),"
+            " tasks_complete_at = GREATEST(tasks_complete_at, $8)"
             " WHERE name = $1 AND boot_id = $2 AND NOT state = ANY($5::text[])"
             " AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $4)"
             " RETURNING true",
@@ -166,6 +188,7 @@ class LivenessActivities(ActivityBase):
             beat.last_seq,
             beat.last_heartbeat_at,
             states.TERMINAL,
+            *_complete(beat.complete_at),
         )
         return bool(written)
 

@@ -28,6 +28,10 @@ class WorkerStateChange(BaseModel):
     forced_reap: bool = False
     """The worker is ``lost`` because an operator's ``force_reap`` was accepted: recorded as
     ``workers.force_reap_at``, the evidence a forced reap needs (CONTRACT.md §5.2)."""
+    complete_at: dict[str, datetime] = Field(default_factory=dict)
+    """Per kind, when the worker's beats last carried a complete report of it (UTC), as the
+    liveness holds it: written to ``workers.<kind>_complete_at`` (never backwards). Absent
+    from the inputs of older controllers, which then write nothing there."""
 
 
 class HeartbeatRefresh(BaseModel):
@@ -38,6 +42,8 @@ class HeartbeatRefresh(BaseModel):
     boot_id: str
     last_seq: int
     last_heartbeat_at: datetime
+    complete_at: dict[str, datetime] = Field(default_factory=dict)
+    """As :attr:`WorkerStateChange.complete_at`."""
 
 
 class FleetView(BaseModel):

@@ -52,9 +52,13 @@ class ReportIntake:
         return len(live.unforwarded) + len(live.chunks) + int(self.staging_busy)
 
     def offer(self, report: Report, force: bool) -> None:
-        """Queue a complete report if it needs reconciling; ``force`` after a return."""
+        """Queue a complete report if it needs reconciling; ``force`` after a return. Every
+        complete report offered is noted in ``complete_at`` (no command: state only)."""
         live = self.live
         kind = report.kind
+        seen = live.complete_at.get(kind)
+        if seen is None or seen < report.taken_at:
+            live.complete_at[kind] = report.taken_at
         if live.returned_at is not None and report.taken_at < live.returned_at:
             return  # taken before the latest return (a chunked report finished late)
         queued = live.unforwarded.get(kind)

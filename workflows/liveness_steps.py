@@ -115,6 +115,7 @@ class LivenessSteps:
             actor=rec.actor,
             returned_at=rec.returned_at,
             forced_reap=rec.forced_reap,
+            complete_at=dict(live.complete_at),
         )
         summary = f"{live.worker}: {rec.change}"
         if live.recorded_state is None or (state is WorkerState.lost and loss_in_task()):
@@ -152,6 +153,7 @@ class LivenessSteps:
             boot_id=live.boot_id,
             last_seq=live.last_seq,
             last_heartbeat_at=live.last_heartbeat_at,
+            complete_at=dict(live.complete_at),
         )
         try:
             await workflow.execute_local_activity_method(

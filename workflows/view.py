@@ -14,12 +14,14 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from reaper.core import states
     from reaper.core.contract import KINDS, StateView
     from reaper.core.liveness_state import LivenessState
     from reaper.core.models import CollectorState, DeadlinesView, Timings
     from reaper.core.policy import collection
     from reaper.core.policy.liveness_clock import silence_deadline
     from reaper.core.policy.liveness_machine import shown_values
+    from reaper.core.policy.reports import liveness_only
     from workflows.common import MISSING_ATTR, STATE_ATTR, WORKER_ATTR, collector_id
 
 
@@ -94,8 +96,24 @@ def liveness_facts(live: LivenessState) -> Hashable:
         live.draining,
         live.drain_reason,
         tuple((k, st.missing, len(st.orphans)) for k, st in sorted(live.collected.items())),
+        tuple(sorted(live.complete_at.items())),
         live.timings is not None,
     )
+
+
+def reports_line(live: LivenessState, t: Timings) -> str | None:
+    """``- **reports**: complete`` or ``... liveness only since <UTC> (kinds)``, as
+    ``policy.reports.liveness_only`` judges the liveness's own times; ``None`` for a worker
+    whose reports do not decide (stalled, lost: it is silent, not liveness only)."""
+    if live.last_heartbeat_at is None or not states.worker(live.state).decides:
+        return None
+    verdict = liveness_only(
+        live.state.value, live.last_heartbeat_at, live.complete_at, t.resync_interval
+    )
+    if verdict is None:
+        return "- **reports**: complete"
+    since = f"since {utc(verdict.since)}" if verdict.since else "(no complete report yet)"
+    return f"- **reports**: liveness only {since} ({', '.join(verdict.kinds)})"
 
 
 def liveness_details(live: LivenessState, gc_id: str) -> str:
@@ -118,6 +136,8 @@ def liveness_details(live: LivenessState, gc_id: str) -> str:
     t = live.timings
     if t is None:
         return "\n".join(facts)
+    reports = reports_line(live, t)
+    facts += [reports] if reports else []
     rule = (
         f"Stalled after {t.stall_after:g}s and lost after {t.lost_after:g}s without a "
         f"heartbeat; handle GC in `{gc_id}`."

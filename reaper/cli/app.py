@@ -47,8 +47,11 @@ class PlainArgumentsCommand(TyperCommand):
     it to every command that takes arguments: ``@app.command(cls=PlainArgumentsCommand)``."""
 
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        """The usage pieces, a required argument unbraced."""
-        pieces = super().collect_usage_pieces(ctx)
+        """The usage pieces, a required argument unbraced, a hidden one left out."""
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if not getattr(param, "hidden", False):
+                pieces.extend(param.get_usage_pieces(ctx))
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

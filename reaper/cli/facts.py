@@ -8,6 +8,7 @@ from datetime import datetime
 import asyncpg
 
 from reaper.core import states
+from reaper.core.contract import KINDS
 from reaper.core.policy.explain import Event, FleetFacts, RowFacts, WorkerFacts
 
 TABLE = {"container": "reaper.containers", "volume": "reaper.volumes"}
@@ -17,11 +18,25 @@ TABLE = {"container": "reaper.containers", "volume": "reaper.volumes"}
 async def worker_facts(conn: asyncpg.Connection, name: str) -> WorkerFacts | None:
     """The ``workers`` row of ``name``, or ``None``."""
     r = await conn.fetchrow(
-        "SELECT name, state, state_since, last_heartbeat_at, draining, reaped_at, boot_id"
+        "SELECT name, state, state_since, last_heartbeat_at, draining, reaped_at, boot_id,"
+        " containers_complete_at, volumes_complete_at, tasks_complete_at, created_at"
         " FROM reaper.workers WHERE name = $1",
         name,
     )
-    return WorkerFacts(**dict(r)) if r is not None else None
+    if r is None:
+        return None
+    return WorkerFacts(
+        name=r["name"],
+        state=r["state"],
+        state_since=r["state_since"],
+        last_heartbeat_at=r["last_heartbeat_at"],
+        draining=r["draining"],
+        reaped_at=r["reaped_at"],
+        boot_id=r["boot_id"],
+        complete_at={kind: r[f"{kind}_complete_at"] for kind in KINDS},
+        row_heartbeat_at=r["last_heartbeat_at"],
+        created_at=r["created_at"],
+    )
 
 
 async def fleet_facts(conn: asyncpg.Connection) -> FleetFacts:
@@ -47,7 +62,7 @@ async def row_facts(conn: asyncpg.Connection, kind: str, handle: str) -> RowFact
     """
     if kind == "task":
         r = await conn.fetchrow(
-            "SELECT t.id, t.worker, t.state, t.missing_since, t.updated_at, t.stop_reason,"
+            "SELECT t.id, t.worker, t.state, t.missing_since, t.state_changed_at, t.stop_reason,"
             " t.service, (SELECT min(r.id) FROM reaper.tasks r WHERE r.replaces = t.id) AS by"
             " FROM reaper.tasks t WHERE t.id = $1",
             handle,
@@ -60,7 +75,7 @@ async def row_facts(conn: asyncpg.Connection, kind: str, handle: str) -> RowFact
             r["worker"],
             r["state"],
             r["missing_since"],
-            r["updated_at"],
+            r["state_changed_at"],
             r["stop_reason"],
             r["service"],
             r["by"],
@@ -93,3 +108,22 @@ async def database_now(conn: asyncpg.Connection) -> datetime:
     """Postgres' clock, UTC: the explanations are judged on it, as the gauges are."""
     at: datetime = await conn.fetchval("SELECT now()")
     return at
+
+
+async def kinds_named(conn: asyncpg.Connection, name: str) -> list[str]:
+    """The kinds (``worker``, ``container``, ``volume``, ``task``, in that order) that have a
+    row named ``name``; if none has, the kinds its events name (a thing gone), oldest first."""
+    r = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM reaper.workers WHERE name = $1) AS worker,"
+        " EXISTS (SELECT 1 FROM reaper.containers WHERE handle = $1) AS container,"
+        " EXISTS (SELECT 1 FROM reaper.volumes WHERE handle = $1) AS volume,"
+        " EXISTS (SELECT 1 FROM reaper.tasks WHERE id = $1) AS task",
+        name,
+    )
+    found = [kind for kind in ("worker", "container", "volume", "task") if r[kind]]
+    if found:
+        return found
+    rows = await conn.fetch(
+        "SELECT kind FROM reaper.events WHERE handle = $1 GROUP BY kind ORDER BY min(id)", name
+    )
+    return [row["kind"] for row in rows]

@@ -15,6 +15,7 @@ from typing import NamedTuple, TypeAlias
 import asyncpg
 
 from reaper.core import kinds, states
+from reaper.core.contract import KINDS
 from reaper.core.states import TaskState
 
 Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
@@ -38,6 +39,65 @@ async def running_task_counts(db: Db) -> dict[str, int]:
         TaskState.running.value,
     )
     return {r["worker"]: int(r["n"]) for r in rows}
+
+
+class ReportTimes(NamedTuple):
+    """A worker's row as ``policy.reports.liveness_only`` judges it: state, last heartbeat,
+    per kind the last complete report (``workers.<kind>_complete_at``), and when the row was
+    made. Times UTC; the row may lag the liveness by up to ``STALL_AFTER`` (§5.3)."""
+
+    state: str
+    last_heartbeat_at: datetime | None
+    complete_at: dict[str, datetime | None]
+    created_at: datetime
+
+
+async def report_times(db: Db) -> dict[str, ReportTimes]:
+    """Every worker's :class:`ReportTimes`, by name."""
+    rows = await db.fetch(
+        "SELECT name, state, last_heartbeat_at, containers_complete_at, volumes_complete_at,"
+        " tasks_complete_at, created_at FROM reaper.workers"
+    )
+    return {
+        r["name"]: ReportTimes(
+            r["state"],
+            r["last_heartbeat_at"],
+            {kind: r[f"{kind}_complete_at"] for kind in KINDS},
+            r["created_at"],
+        )
+        for r in rows
+    }
+
+
+class ServiceState(NamedTuple):
+    """A service as a scheduler reads it before placing: its ``desired_count``, its active
+    tasks (``states.ACTIVE_TASKS``: pending, owed included, or running) and every task id of
+    the form ``<service>-<n>`` taken by any task, whatever its state."""
+
+    desired_count: int
+    active: list[str]
+    numbered: set[str]
+
+
+async def service_state(db: Db, service: str, lock: bool = False) -> ServiceState | None:
+    """``service``'s :class:`ServiceState`, ``None`` if it does not exist; with ``lock``, its
+    row is locked (``FOR UPDATE``) until the caller's transaction ends."""
+    desired = await db.fetchval(
+        "SELECT desired_count FROM reaper.services WHERE name = $1"
+        + (" FOR UPDATE" if lock else ""),
+        service,
+    )
+    if desired is None:
+        return None
+    active = await db.fetch(
+        "SELECT id FROM reaper.tasks WHERE service = $1 AND state = ANY($2::text[]) ORDER BY id",
+        service,
+        states.ACTIVE_TASKS,
+    )
+    numbered = await db.fetch(
+        "SELECT id FROM reaper.tasks WHERE starts_with(id, $1)", f"{service}-"
+    )
+    return ServiceState(int(desired), [r["id"] for r in active], {r["id"] for r in numbered})
 
 
 class FleetRow(NamedTuple):

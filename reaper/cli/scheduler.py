@@ -20,6 +20,13 @@ async def add_service(db: Db, name: str, desired_count: int) -> None:
     )
 
 
+async def set_desired_count(db: Db, name: str, desired_count: int) -> None:
+    """Make service ``name`` want ``desired_count`` tasks (a scheduler scaling it)."""
+    await db.execute(
+        "UPDATE reaper.services SET desired_count = $2 WHERE name = $1", name, desired_count
+    )
+
+
 async def add_handle(db: Db, kind: str, handle: str, worker: str) -> None:
     """Insert a ``created`` row for ``handle`` on ``worker`` of ``kind`` (a report kind
     whose rows have handle states: ``containers``, ``volumes``).

@@ -149,6 +149,11 @@ class LivenessState(BaseModel):
     """Per kind, the last complete report received (handles kept only for small reports;
     large ones by their staged id): what a digest-only beat refers to."""
     staging: dict[str, Staging] = Field(default_factory=dict)
+    complete_at: dict[str, datetime] = Field(default_factory=dict)
+    """Per kind, when the worker's beats last carried a complete report of it (UTC; inline,
+    digest-only of a report held, or the last chunk of a staged one); written to the row with
+    ``last_heartbeat_at`` (``workers.<kind>_complete_at``, ``policy.reports``). Runs recorded
+    before it start empty."""
     collector_started: bool = False
     forwarded: int = 0
     """Reports handed to the collector so far."""

@@ -29,6 +29,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from reaper.core import states
 from reaper.core.config import Settings
+from reaper.core.contract import KINDS
 from reaper.core.policy.gauges import FleetGauges, WorkerRow, fleet_gauges
 
 log = logging.getLogger("reaper.metrics")
@@ -38,10 +39,11 @@ FLEET_REFRESH_S = 5.0
 ``REAPER_HEARTBEAT_INTERVAL`` is shorter."""
 
 _READ_WORKERS = (
-    "SELECT name, state, last_heartbeat_at, draining AND drained_at IS NOT NULL AS drained"
+    "SELECT name, state, last_heartbeat_at, draining AND drained_at IS NOT NULL AS drained,"
+    " containers_complete_at, volumes_complete_at, tasks_complete_at"
     " FROM reaper.workers WHERE state = ANY($1::text[])"
 )
-"""Workers in the fleet ($1, ``states.IN_FLEET``)."""
+"""Workers in the fleet ($1, ``states.IN_FLEET``), with their last complete report per kind."""
 _READ_OWED = "SELECT count(*) FROM reaper.tasks WHERE state = $1 AND worker IS NULL"
 """Owed replacements: placed ($1, ``states.PLACED``) on no worker (§5.1)."""
 
@@ -51,24 +53,38 @@ REFRESH_ERRORS = Counter(
 )
 
 
-async def read_fleet(pool: asyncpg.Pool, threshold: float) -> FleetGauges:
+async def read_fleet(pool: asyncpg.Pool, threshold: float, resync_interval: float) -> FleetGauges:
     """The fleet's gauges from one read-only snapshot of ``reaper.workers`` and the owed
-    tasks; lags are measured against Postgres' clock (``now()``), not this host's."""
+    tasks; lags are measured against Postgres' clock (``now()``), not this host's.
+
+    Args:
+        threshold: ``REAPER_DISRUPTION_THRESHOLD``.
+        resync_interval: ``REAPER_RESYNC_INTERVAL``, seconds (for
+            ``reaper_workers_reports_incomplete``).
+    """
     async with pool.acquire() as conn, conn.transaction(readonly=True, isolation="repeatable_read"):
         now = await conn.fetchval("SELECT now()")
         rows = await conn.fetch(_READ_WORKERS, states.IN_FLEET)
         owed = await conn.fetchval(_READ_OWED, states.PLACED.value)
     workers = (
-        WorkerRow(r["name"], r["state"], r["last_heartbeat_at"], r["drained"]) for r in rows
+        WorkerRow(
+            r["name"],
+            r["state"],
+            r["last_heartbeat_at"],
+            r["drained"],
+            {kind: r[f"{kind}_complete_at"] for kind in KINDS},
+        )
+        for r in rows
     )
-    return fleet_gauges(workers, owed, threshold, now)
+    return fleet_gauges(workers, owed, threshold, now, resync_interval)
 
 
 class FleetCollector(Collector):
     """Serves the latest :class:`FleetGauges` read (nothing before the first read).
 
     Series: ``reaper_workers{state}``, ``reaper_fleet_disruption``,
-    ``reaper_replacements_owed``, ``reaper_heartbeat_lag_max_seconds{state}``,
+    ``reaper_replacements_owed``, ``reaper_workers_reports_incomplete``,
+    ``reaper_heartbeat_lag_max_seconds{state}``,
     ``reaper_worker_last_heartbeat_timestamp_seconds{worker}`` and
     ``reaper_fleet_refreshed_timestamp_seconds`` (when the gauges were read).
     """
@@ -106,6 +122,13 @@ class FleetCollector(Collector):
             " may be terminated, then retired).",
             value=g.drained,
         )
+        yield GaugeMetricFamily(
+            "reaper_workers_reports_incomplete",
+            "Running workers whose heartbeats have carried no complete report of some kind"
+            " for longer than RESYNC_INTERVAL (liveness only: nothing on them is marked,"
+            " destroyed, started or removed).",
+            value=g.reports_incomplete,
+        )
         lag = GaugeMetricFamily(
             "reaper_heartbeat_lag_max_seconds",
             "Seconds since the stalest last heartbeat (as Postgres holds it) among workers in"
@@ -130,19 +153,21 @@ class FleetCollector(Collector):
             value=at,
         )
 
-    async def refresh(self, pool: asyncpg.Pool, threshold: float) -> None:
+    async def refresh(self, pool: asyncpg.Pool, threshold: float, resync_interval: float) -> None:
         """Read the gauges once; a failure is logged and counted, the last values kept."""
         try:
-            self.gauges = await read_fleet(pool, threshold)
+            self.gauges = await read_fleet(pool, threshold, resync_interval)
             self.refreshed_at = time.time()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             REFRESH_ERRORS.inc()
             log.warning("fleet gauges not refreshed: %s", exc)
 
-    async def run(self, pool: asyncpg.Pool, threshold: float, every: float) -> None:
+    async def run(
+        self, pool: asyncpg.Pool, threshold: float, resync_interval: float, every: float
+    ) -> None:
         """Refresh every ``every`` seconds until cancelled."""
         while True:
-            await self.refresh(pool, threshold)
+            await self.refresh(pool, threshold, resync_interval)
             await asyncio.sleep(every)
 
 
@@ -180,7 +205,7 @@ async def serving(pool: asyncpg.Pool, settings: Settings) -> AsyncIterator[Fleet
     REGISTRY.register(fleet)
     every = min(FLEET_REFRESH_S, settings.heartbeat_interval)
     task = asyncio.get_running_loop().create_task(
-        fleet.run(pool, settings.disruption_threshold, every)
+        fleet.run(pool, settings.disruption_threshold, settings.resync_interval, every)
     )
     log.info("metrics on http://0.0.0.0:%s/metrics", settings.metrics_port)
     try:

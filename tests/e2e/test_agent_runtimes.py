@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from reaper.cli.agent import Agent
+from reaper.cli.runtimes.holding import HOLDS_TASK, holds_task, report_lists
 from reaper.cli.runtimes.labels import Owned, labels_for, owned
 from reaper.cli.runtimes.starter import engine_name
 from reaper.cli.runtimes.templates import TemplateError, Templates, fill, service_of
@@ -71,3 +72,72 @@ def test_a_list_that_could_not_be_read_is_null_not_empty(tmp_path: Path) -> None
     assert "containers" not in beat and "tasks" not in beat and beat["volumes"] == []
     with pytest.raises(ValueError, match="runtime or a state_dir"):
         Agent(worker="w1", task_queue="q", interval=1, client_factory=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("state", "holds"),
+    [
+        ("created", True),  # starting
+        ("restarting", True),
+        ("running", True),
+        ("paused", True),  # an operator's pause: resumed, not replaced
+        ("removing", False),
+        ("exited", False),  # on its own, stopped, or killed by the engine
+        ("dead", False),
+        ("configured", True),  # Podman's own words
+        ("initialized", True),
+        ("stopping", False),
+        ("stopped", False),
+        ("Running", True),
+        ("some-new-state", True),  # unknown: never a reason to stop a task
+        ("", False),
+    ],
+)
+def test_a_task_is_held_while_a_container_of_it_runs_or_starts(state: str, holds: bool) -> None:
+    assert holds_task(state) is holds
+    assert set(HOLDS_TASK) >= {"created", "restarting", "running", "paused", "exited", "dead"}
+
+
+def _c(task: str | None, state: str, handle: str | None = None) -> Owned:
+    return Owned(f"id-{task}-{handle}-{state}", handle, task, state)
+
+
+def _v(task: str | None, handle: str | None = None) -> Owned:
+    return Owned(f"{task}-{handle}-data", handle, task)
+
+
+@pytest.mark.parametrize(
+    ("containers", "volumes", "expected"),
+    [
+        # A running task: the task, nothing else (its objects go with it).
+        ([_c("t1", "running")], [_v("t1")], ([], [], ["t1"])),
+        # Starting: created holds.
+        ([_c("t1", "created")], [_v("t1")], ([], [], ["t1"])),
+        # Exited, or killed by the engine: absent; the container and volume are leftovers.
+        ([_c("t1", "exited")], [_v("t1")], (["task:t1"], ["task:t1"], [])),
+        ([_c("t1", "dead")], [], (["task:t1"], [], [])),
+        # Removed by hand, its volume still there: a volume alone holds nothing.
+        ([], [_v("t1")], ([], ["task:t1"], [])),
+        # One container of it still runs: held, and its ended one is no leftover.
+        ([_c("t1", "exited"), _c("t1", "running")], [_v("t1")], ([], [], ["t1"])),
+        # Handles are reported in every state, as they were, and never as leftovers.
+        (
+            [_c(None, "exited", "c-1"), _c("t2", "exited", "c-2")],
+            [_v(None, "v-1"), _v("t2", "v-2")],
+            (["c-1", "c-2"], ["v-1", "v-2"], []),
+        ),
+        # A reaper.handle in the reserved form is not a handle.
+        ([_c(None, "running", "task:x")], [_v(None, "task:y")], ([], [], [])),
+    ],
+)
+def test_what_the_docker_runtime_reports(
+    containers: list[Owned], volumes: list[Owned], expected: tuple[list[str], ...]
+) -> None:
+    c, v, t = expected
+    assert report_lists(containers, volumes) == {"containers": c, "volumes": v, "tasks": t}
+
+
+def test_an_unlisted_kind_is_null_and_what_needs_it_too() -> None:
+    running = [_c("t1", "running")]
+    assert report_lists(None, [_v("t1")]) == {"containers": None, "volumes": None, "tasks": None}
+    assert report_lists(running, None) == {"containers": [], "volumes": None, "tasks": ["t1"]}

@@ -30,6 +30,7 @@ RUNBOOKS = {
     "runbook-rejected-heartbeats",
     "runbook-controller-down",
     "runbook-stuck-liveness",
+    "runbook-reports-incomplete",
 }
 
 
@@ -70,13 +71,14 @@ def test_every_alert_links_a_runbook_and_fires_in_a_unit_test():
         assert path == "docs/operator-guide.md" and anchor in RUNBOOKS, rule["alert"]
         anchors.add(anchor)
         assert rule["alert"] in fired, f"{rule['alert']} never fires in alerts_test.yml"
-    assert anchors == RUNBOOKS  # lost, disruption, owed, rejected, controller down, stuck
+    assert anchors == RUNBOOKS  # lost, disruption, owed, rejected, controller down, stuck,
+    # reports incomplete
 
 
 def test_rules_query_only_exported_series():
     fleet = FleetCollector()
     now = datetime.now(UTC)
-    fleet.gauges = fleet_gauges([WorkerRow("w1", "lost", now)], 0, 0.55, now)
+    fleet.gauges = fleet_gauges([WorkerRow("w1", "lost", now)], 0, 0.55, now, 30)
     fleet.refreshed_at = now.timestamp()
     exported = {s.name for m in [*REGISTRY.collect(), *fleet.collect()] for s in m.samples}
     queried = {n for r in rules() for n in re.findall(r"\breaper_[a-z_]+", r["expr"])}

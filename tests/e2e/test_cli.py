@@ -383,6 +383,15 @@ def test_run_serves_the_web_ui_and_stops_everything_on_ctrl_c(tmp_path: Path) ->
             time.sleep(0.2)
         text = log.read_text()
         assert f"http://localhost:{ui}" in text and str(tmp_path / "state") in text
+        # The banner's timings at 80 columns (its output is not a terminal: rich's 80), the
+        # defaults' widest values, each phrase whole on its line (issue 35).
+        lines = [ln.rstrip() for ln in text.splitlines()]
+        assert any(
+            ln.startswith("Timings ") and ln.endswith("stalled after 30s, lost after 300s")
+            for ln in lines
+        ), text
+        assert "…" not in text, text  # long paths fold, never cut short
+        assert any(ln.strip() == "missing TTL 300s, resync 30s" for ln in lines), text
         with urlopen(f"http://127.0.0.1:{ui}/", timeout=10) as resp:
             assert resp.status == 200
         children = [int(p) for p in re.findall(r"\(pid (\d+)\)", text)]

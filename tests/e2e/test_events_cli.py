@@ -42,6 +42,8 @@ COMMANDS = [
     "workers",
     "events",
     "try-scheduler",
+    "reset",
+    "explain",
     "drain",
     "undrain",
     "retire",
@@ -93,7 +95,7 @@ async def _events(pool: asyncpg.Pool) -> None:
         await write_events(conn, "w1", "container", "destroyed", ["c-1"], "missing")
         await write_events(conn, "w1", "worker", "state", ["w1"], "running -> stalled")
         await write_events(conn, "w2", "task", "lost", ["t-1"], "disk failed", "alice")
-        await write_events(conn, "w2", "task", "replaced", ["t-2"], "replaces t-1")
+        await write_events(conn, "w2", "task", "replaced", ["t-2"], "replaces t-1", "reaper")
 
 
 def _json_rows(out: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
@@ -133,6 +135,12 @@ async def test_events_filters_and_json(pool: asyncpg.Pool, db_url: str) -> None:
     assert out.returncode == 0, out
     lines = out.stdout.splitlines()
     assert len(lines) == 4 and "w2" in lines[2] and "lost" in lines[2] and "alice" in lines[2]
+    # Times say UTC, as every table's do (issue 35); "(by ...)" only where someone other
+    # than the controller acted: none on its own rows, whether their actor is reaper or none.
+    stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC  "
+    assert all(re.match(stamp, ln) for ln in lines), lines
+    assert "(by alice)" in lines[2]
+    assert not [ln for ln in lines if "(by reaper)" in ln or ("(by" in ln and ln != lines[2])]
 
 
 async def test_events_follow_prints_new_rows_and_ends_on_ctrl_c(
@@ -204,9 +212,36 @@ async def test_try_scheduler_places_a_service_as_a_scheduler_would(
         ]
         for i, w in ((1, "a1"), (2, "a2"), (3, "a1")):
             assert (tmp_path / w / table / f"web-{i}-{suffix}").exists()
+    # It can run again (issue 35): the service is there, with its 3 active tasks: nothing.
     again = await asyncio.to_thread(reaper, *args)
-    assert again.returncode == 1 and "exists already" in again.stderr, again
-    assert again.stderr.count("\n") == 1
+    assert again.returncode == 0, again
+    assert "service web exists already (desired_count 3, 3 active tasks): nothing to place" in (
+        " ".join(again.stdout.split())
+    ), again.stdout
+    assert await pool.fetchval("SELECT count(*) FROM reaper.tasks") == 3
+    # Once two of its tasks ended (reaper stopped them), it places what falls short, with
+    # ids not taken yet; scaled up, one more; scaled down, nothing is stopped.
+    await pool.execute(
+        "UPDATE reaper.tasks SET state = 'stopped', stop_reason = 'missing'"
+        " WHERE id IN ('web-1', 'web-3')"
+    )
+    out = await asyncio.to_thread(reaper, *args, "--tasks-only")
+    assert out.returncode == 0 and "1 active tasks): placed 2 more:" in out.stdout, out
+    out = await asyncio.to_thread(reaper, *args[:-1], "4", "--tasks-only")
+    assert out.returncode == 0 and "desired_count now 4: placed 1 more:" in out.stdout, out
+    tasks = await pool.fetch("SELECT id, state FROM reaper.tasks ORDER BY created_at, id")
+    assert [tuple(r.values()) for r in tasks] == [
+        ("web-1", "stopped"),
+        ("web-2", "pending"),
+        ("web-3", "stopped"),
+        ("web-4", "pending"),
+        ("web-5", "pending"),
+        ("web-6", "pending"),
+    ]
+    out = await asyncio.to_thread(reaper, *args[:-1], "2")
+    assert out.returncode == 0 and "desired_count now 2: nothing to place" in out.stdout, out
+    assert await pool.fetchval("SELECT desired_count FROM reaper.services") == 2
+    assert await pool.fetchval("SELECT count(*) FROM reaper.tasks WHERE state = 'pending'") == 4
 
 
 async def _state_or_none(client: Client, worker: str) -> StateView | None:

@@ -11,6 +11,7 @@ from datetime import datetime
 import asyncpg
 from temporalio.testing import WorkflowEnvironment
 
+from tests.support.agents import Agents
 from tests.support.cli import run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import beat, query_state, send
@@ -43,6 +44,14 @@ async def test_explain_a_stalled_worker_a_missing_container_and_a_reaped_task(
     env["REAPER_TASK_QUEUE"] = tq
     await insert(pool, "containers", w, ["c-1", "c-2"])
     await setup_service(pool, "svc", {r: ["t-1"]})
+    # t-s runs on s, which falls silent; t-p is placed on w, whose agent never starts it
+    # (as with a missing template: w's beats carry no tasks).
+    await setup_service(pool, "other", {w: ["t-p"]})
+    await pool.execute(
+        "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ('t-s', 'other', $1,"
+        " 'running')",
+        s,
+    )
     async with controller(client, pool, make_settings(**TIMINGS), tq):
         await send(client, tq, beat(s, 0))
         await send(client, tq, beat(w, 0, containers=["c-1"]))
@@ -91,8 +100,35 @@ async def test_explain_a_stalled_worker_a_missing_container_and_a_reaped_task(
         assert any(n.startswith("replaced by svc-") for n in reaped["notes"])
         assert any("lost: host r is being rebuilt" in line for line in reaped["history"])
 
+        # Without KIND (issue 35): the kind that holds the name.
+        plain = await explain(env, db_url, "c-2")
+        same = ("subject", "state", "because", "next", "due_at")  # notes follow w's state
+        assert {k: plain[k] for k in same} == {k: missing[k] for k in same}
+        out = await run_cli("explain", "nothing-here", "--database-url", db_url, env=env)
+        assert out.returncode == 1 and "nothing is named 'nothing-here'" in out.stderr, out
+
+        # A task of the stalled worker: reaped with it, when the worker is lost.
+        held = await explain(env, db_url, "t-s")
+        assert held["state"] == "running" and held["because"].startswith(f"running on {s},")
+        assert held["next"].startswith(f"reaped (lost) and replaced when {s} is lost, at ")
+        assert held["due_at"] == stalled["due_at"]
+
+        # A task its running worker never starts: pending, and reaper will not move it. (w
+        # beats on meanwhile, its reports without tasks: as an agent with no template.)
+        with Agents(client, tq) as agents:
+            agents.reports = {w: {"containers": ["c-1"]}}
+            await eventually(
+                lambda: pool.fetchval("SELECT state FROM reaper.workers WHERE name = $1", w),
+                lambda st: st == "running",
+                timeout=30,
+                what="w's row running again",
+            )
+            pending = await explain(env, db_url, "task", "t-p")
+        assert pending["state"] == "pending" and pending["because"].startswith(f"placed on {w}")
+        assert any("never will" in n for n in pending["notes"]), pending
+
         # The plain form, as an operator reads it (printed for the record).
-        for args in (("worker", s), ("container", "c-2"), ("task", "t-1")):
+        for args in (("worker", s), ("c-2",), ("task", "t-1"), ("t-s",), ("t-p",)):
             out = await run_cli("explain", *args, "--database-url", db_url, env=env)
             assert out.returncode == 0, out.stderr
             print(out.stdout)

@@ -116,6 +116,16 @@ async def test_metrics_of_two_replicas(dev_env, db_url, pool, tmp_path):
                 assert value(got, "reaper_replacements_owed") == 0
                 assert value(got, "reaper_destroyed_total", kind="container") == 0
                 assert value(got, "reaper_worker_last_heartbeat_timestamp_seconds", worker=a)
+            # Neither agent reports containers (a: volumes and tasks; b: tasks): both beat
+            # liveness only for that kind, past RESYNC_INTERVAL, on both replicas (issue 35).
+            for port in ports:
+                await eventually(
+                    lambda p=port: scrape(p),
+                    lambda s: value(s, "reaper_workers_reports_incomplete") == 2,
+                    timeout=30,
+                    poll=0.2,
+                    what=f"2 workers reporting liveness only on :{port}",
+                )
 
             # A heartbeat sent to another worker's liveness is rejected, and counted once.
             assert await total(ports, "reaper_heartbeats_rejected_total") == 0

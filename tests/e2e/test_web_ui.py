@@ -16,6 +16,7 @@ settles on these pages (they keep a request open, docs/platform-notes.md).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import uuid
 from collections.abc import AsyncIterator
@@ -25,7 +26,7 @@ from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import async_playwright, expect
+from playwright.async_api import Browser, async_playwright, expect
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -125,6 +126,52 @@ def shot(name: str) -> Path:
     return path
 
 
+VIEWS = ROOT / "deploy" / "web-ui" / "reaper-views.js"
+
+
+async def with_views_set_up(browser: Browser, ui: str, lost_query: str, alive: str, lost: str):
+    """The operator guide's one-time set-up (deploy/web-ui/reaper-views.js pasted into the
+    console of a fresh browser profile), then the plain workflows list: each worker's state
+    in its row, no Status badge, and the saved views ready (issue 35)."""
+    context = await browser.new_context(viewport={"width": 1440, "height": 760})
+    page = await context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    try:
+        await page.goto(f"{ui}/namespaces/default/workflows")
+        said = await page.evaluate(VIEWS.read_text())
+        assert said.startswith("reaper's columns and 6 saved views set for namespace default")
+        await page.reload()
+        rows = page.get_by_test_id("workflows-summary-configurable-table-row")
+        row_of = {w: rows.filter(has_text=liveness_id(w)) for w in (alive, lost)}
+        await expect(row_of[lost]).to_contain_text("lost", timeout=WAIT_MS)
+        await expect(row_of[alive]).to_contain_text("running", timeout=WAIT_MS)
+        for w, locator in row_of.items():
+            await expect(locator).not_to_contain_text("RUNNING", timeout=WAIT_MS)  # no badge
+            await expect(locator).to_contain_text(w, timeout=WAIT_MS)  # ReaperWorker
+        headers = page.get_by_test_id("workflows-summary-table-header-cell-Status")
+        await expect(headers).to_have_count(0)
+        # A saved view is one click: "reaper: workers" lists the running livenesses, each
+        # with its worker's state; "reaper: lost" the lost worker only.
+        for view, count in (("reaper: workers", 3), ("reaper: lost", 1)):
+            await page.get_by_test_id("saved-views-button").click()
+            await page.get_by_text(view, exact=True).first.click()
+            await expect(rows).to_have_count(count, timeout=WAIT_MS)
+            if view == "reaper: workers":
+                await expect(rows.filter(has_text=liveness_id(lost))).to_contain_text("lost")
+                await page.screenshot(
+                    path=shot("workflows-states.png"),
+                    clip={"x": 0, "y": 0, "width": 1440, "height": 400},
+                )
+        await expect(page).to_have_url(re.compile(re.escape(quote(lost_query, safe=""))))
+        await expect(rows.first).to_contain_text(liveness_id(lost), timeout=WAIT_MS)
+    except BaseException:
+        await page.screenshot(path=shot("views-failure.png"))
+        (ARTIFACTS / "views-failure.txt").write_text(await page.inner_text("body"))
+        raise
+    finally:
+        await context.close()
+
+
 async def test_web_ui_lists_the_lost_worker_and_shows_its_liveness(web_stack, pool, capsys):
     shutil.rmtree(ARTIFACTS, ignore_errors=True)  # this run's screenshots only
     ARTIFACTS.mkdir(parents=True)
@@ -209,6 +256,7 @@ async def test_web_ui_lists_the_lost_worker_and_shows_its_liveness(web_stack, po
                     path=shot("liveness-lost.png"),
                     clip={"x": 0, "y": 0, "width": 1440, "height": 650},
                 )
+                await with_views_set_up(browser, web_stack.ui_url, lost_query, a, c)
             except BaseException:
                 await page.screenshot(path=shot("failure.png"))
                 (ARTIFACTS / "failure.txt").write_text(await page.inner_text("body"))

@@ -189,3 +189,88 @@ def test_a_draining_worker_says_where_each_task_of_its_migration_stands():
     ]
     assert explain_drain(None, now, [], now)[0].startswith("drained since 2026-12-07 12:00:00")
     assert "without --migrate" in explain_drain(None, None, tasks, now)[0]
+
+
+LOST = WorkerFacts("w", "lost", ago(100), ago(400))
+LOST_REAPED = WorkerFacts("w", "lost", ago(100), ago(400), reaped_at=ago(99))
+
+
+@pytest.mark.parametrize(
+    ("r", "worker", "fleet", "next_words", "due"),
+    [
+        # A task of a stalled worker goes with its reap: when the worker is lost
+        # (liveness.next_deadline: last beat 40 s ago + LOST_AFTER 300 s).
+        (
+            row("task", "running"),
+            STALLED,
+            NORMAL,
+            "reaped (lost) and replaced when w is lost",
+            after(260),
+        ),
+        (
+            row("task", "pending"),
+            STALLED,
+            NORMAL,
+            "reaped (lost) and replaced when w is lost",
+            after(260),
+        ),
+        # Its marks do not count while its worker is away; the reap comes first.
+        (row("task", "running", ago(10)), STALLED, NORMAL, "when w is lost", after(260)),
+        # A lost worker's reap: due now, or held (fleet.may_reap).
+        (row("task", "running"), LOST, NORMAL, "its reap is due now", None),
+        (row("task", "running"), LOST, FULL, "reap held: fleet in full disruption", None),
+        (
+            row("task", "running"),
+            LOST,
+            FleetFacts("partial", 8, 1, recovered_at=ago(60)),
+            "fresh LOST_AFTER; reaped at",
+            after(240),
+        ),
+        # Placed after its worker's reap: a stray, taken down by the fleet monitor.
+        (row("task", "pending"), LOST_REAPED, NORMAL, "taken down as a stray", None),
+    ],
+)
+def test_a_task_of_an_unhealthy_worker_says_when_it_is_reaped(r, worker, fleet, next_words, due):
+    e = explain_row(r, worker, fleet, T, NOW)
+    assert e.next is not None and next_words in e.next, e
+    assert e.due_at == due
+    assert e.because.startswith(f"{r.state} on w, which is {worker.state}: ")
+    assert e.due_at == (explain_worker(worker, fleet, T, NOW).due_at if due is not None else None)
+
+
+def test_a_pending_task_says_it_may_never_start():
+    e = explain_row(row("task", "pending", state_changed_at=ago(90)), RUNNING, NORMAL, T, NOW)
+    assert e.because.startswith("placed on w at 2026-12-03 11:58:30 UTC (90s ago)")
+    assert e.next == "running once its worker reports it (rule 5)"
+    [note] = e.notes
+    assert "never stops a task its worker has not started" in note
+    assert "`task h not started (REASON)`" in note and "never will" in note
+
+
+def test_a_running_worker_beating_liveness_only_says_since_when():
+    complete = {"containers": ago(100), "volumes": ago(100), "tasks": ago(4)}
+    w = WorkerFacts("w", "running", ago(600), ago(4), complete_at=complete, row_heartbeat_at=ago(4))
+    e = explain_worker(w, NORMAL, T, NOW)
+    [note] = [n for n in e.notes if "liveness only" in n]
+    assert note.startswith(
+        "reports liveness only since 2026-12-03 11:58:20 UTC (containers, volumes): no complete"
+        " report for more than RESYNC_INTERVAL (30s)"
+    )
+    # The row's own heartbeat judges: a fresher beat from the liveness does not.
+    fresh = WorkerFacts(
+        "w",
+        "running",
+        ago(600),
+        ago(1),
+        complete_at={k: ago(20) for k in complete},
+        row_heartbeat_at=ago(20),
+    )
+    assert not [n for n in explain_worker(fresh, NORMAL, T, NOW).notes if "liveness" in n]
+    never = WorkerFacts(
+        "w", "running", ago(600), ago(4), row_heartbeat_at=ago(4), created_at=ago(600)
+    )
+    [note] = [n for n in explain_worker(never, NORMAL, T, NOW).notes if "liveness" in n]
+    assert note.startswith(
+        "reports liveness only: no complete report of containers, volumes, tasks since it"
+        " registered at 2026-12-03 11:50:00 UTC"
+    )

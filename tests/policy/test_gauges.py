@@ -35,7 +35,7 @@ def rows(*states: str) -> list[WorkerRow]:
     ],
 )
 def test_counts_and_disruption(states, threshold, workers, disruption):
-    g = fleet_gauges(rows(*states), owed=0, threshold=threshold, now=at(10))
+    g = fleet_gauges(rows(*states), owed=0, threshold=threshold, now=at(10), resync_interval=30)
     assert (g.workers["running"], g.workers["stalled"], g.workers["lost"]) == workers
     assert set(g.workers) == {"running", "stalled", "lost"}
     assert g.disruption == disruption
@@ -60,7 +60,7 @@ def test_heartbeat_lag(beats, now, lag_max):
     workers = [
         WorkerRow(f"w{i}", s, None if t is None else at(t)) for i, (s, t) in enumerate(beats)
     ]
-    g = fleet_gauges(workers, owed=0, threshold=0.55, now=at(now))
+    g = fleet_gauges(workers, owed=0, threshold=0.55, now=at(now), resync_interval=30)
     assert g.lag_max == pytest.approx(lag_max)
 
 
@@ -70,7 +70,7 @@ def test_last_heartbeat_per_counted_worker_and_owed_passed_through():
         WorkerRow("b", "lost", None),
         WorkerRow("c", "retired", at(1)),
     ]
-    g = fleet_gauges(workers, owed=3, threshold=0.55, now=at(10))
+    g = fleet_gauges(workers, owed=3, threshold=0.55, now=at(10), resync_interval=30)
     assert g.last_heartbeat == {"a": at(5).timestamp()}
     assert g.owed == 3
 
@@ -82,5 +82,24 @@ def test_drained_workers_are_counted_from_a_single_pass_over_the_rows():
         WorkerRow(n, s, T0, d)
         for n, s, d in (("a", "running", True), ("b", "running", False), ("c", "retired", True))
     )
-    g = fleet_gauges(rows, 0, 0.55, T0)
+    g = fleet_gauges(rows, 0, 0.55, T0, resync_interval=30)
     assert g.drained == 1 and g.workers["running"] == 2
+
+
+def test_reports_incomplete_counts_running_workers_beating_without_complete_reports():
+    every = {"containers": at(0), "volumes": at(0), "tasks": at(0)}
+    workers = [
+        WorkerRow("fresh", "running", at(10), complete_at={k: at(10) for k in every}),
+        WorkerRow(
+            "engine-down", "running", at(100), complete_at=every
+        ),  # beats, reports 100 s behind
+        WorkerRow("no-volumes", "running", at(100), complete_at={**every, "volumes": None}),
+        WorkerRow(
+            "stalled", "stalled", at(0), complete_at=every
+        ),  # silent: not beating without reports
+        WorkerRow("lost", "lost", at(0)),
+        WorkerRow("retired", "retired", at(100)),
+        WorkerRow("never-beat", "running", None),
+    ]
+    g = fleet_gauges(workers, owed=0, threshold=0.55, now=at(100), resync_interval=30)
+    assert g.reports_incomplete == 2

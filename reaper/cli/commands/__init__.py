@@ -8,6 +8,7 @@ from reaper.cli.commands import (  # noqa: F401  (registers them)
     events,
     explain,
     keygen,
+    reset,
     run,
     trial,
     upgrade_check,

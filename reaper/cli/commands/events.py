@@ -81,16 +81,26 @@ def as_json(e: read.Event) -> dict[str, Any]:
     return {**e._asdict(), "at": e.at.isoformat()}
 
 
+CONTROLLER_ACTOR = "reaper"
+"""``events.actor`` of what the controller did on its own (``NULL`` too: most of its rows
+carry none)."""
+
+
 def line(e: read.Event) -> str:
-    """An events row as one line of rich markup: time, worker, kind, action, handle, reason."""
+    """An events row as one line of rich markup: time (UTC, as every table prints it),
+    worker, kind, action, handle, reason, and ``(by ACTOR)`` when someone other than the
+    controller acted (an operator, an agent): the controller's own rows, with actor
+    ``reaper`` or none, carry no such mark."""
+    from reaper.core.policy.explain import clock
+
     style = _ACTION_STYLE.get(e.action.removeprefix("would-"), "")
     action = f"[{style}]{e.action}[/]" if style else e.action
-    text = f"{e.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  {e.worker or '-'}  {e.kind} {action}"
+    text = f"{clock(e.at.astimezone(UTC))}  {e.worker or '-'}  {e.kind} {action}"
     if e.handle and e.handle != e.worker:
         text += f" {e.handle}"
     if e.reason:
         text += f"  [dim]{e.reason}[/]"
-    if e.actor:
+    if e.actor and e.actor != CONTROLLER_ACTOR:
         text += f"  [dim](by {e.actor})[/]"
     return text
 

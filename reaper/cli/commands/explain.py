@@ -58,20 +58,23 @@ async def _controller_view(settings: Settings, worker: str) -> tuple[Any, Any, s
 
 
 async def explain_one(
-    settings: Settings, kind: str, name: str, live: bool = True
+    settings: Settings, kind: str | None, name: str, live: bool = True
 ) -> dict[str, Any]:
     """The explanation of ``kind`` ``name`` as a JSON-ready dict (with ``history``, its
-    newest events, and ``notes`` on what could not be read).
+    newest events, and ``notes`` on what could not be read). With ``kind`` ``None``, the
+    kind whose table (or, for a thing gone, whose events) holds ``name``; when several do,
+    the first of :data:`KINDS`, with a note naming the others.
 
     Raises:
-        CliError: Postgres is unreachable, or ``kind`` is not one of :data:`KINDS`.
+        CliError: Postgres is unreachable, ``kind`` is not one of :data:`KINDS`, or no
+            ``kind`` was given and nothing is named ``name``.
     """
     from reaper.cli import facts, read
     from reaper.cli.commands.workers import find_database_url
     from reaper.core.models import Timings
     from reaper.core.policy import explain
 
-    if kind not in KINDS:
+    if kind is not None and kind not in KINDS:
         raise CliError(f"explain: KIND must be one of {', '.join(KINDS)}, not {kind!r}", 2)
     url = find_database_url(settings)
     if url is None:
@@ -81,6 +84,17 @@ async def explain_one(
     conn = await asyncpg.connect(url, timeout=5)
     notes: list[str] = []
     try:
+        if kind is None:
+            found = await facts.kinds_named(conn, name)
+            if not found:
+                raise CliError(
+                    f"explain: nothing is named {name!r} (no worker, container, volume or task,"
+                    " and no events)"
+                )
+            kind = found[0]
+            if len(found) > 1:
+                others = ", ".join(f"`reaper explain {k} {name}`" for k in found[1:])
+                notes.append(f"{name!r} also names a {', a '.join(found[1:])}: {others}")
         now = await facts.database_now(conn)
         fleet = await facts.fleet_facts(conn)
         history = await facts.events_of(conn, kind, name)
@@ -117,7 +131,10 @@ async def explain_one(
                 e = explain.explain_gone(kind, name, history)
             else:
                 owner = await facts.worker_facts(conn, row.worker) if row.worker else None
-                e = explain.explain_row(row, owner, fleet, t, now)
+                if owner is not None and view is not None:
+                    last = view.last_heartbeat_at or owner.last_heartbeat_at
+                    owner = replace(owner, state=view.state, last_heartbeat_at=last)
+                e = explain.explain_row(row, owner, fleet, t, now, grace)
     finally:
         await conn.close()
     out = e.as_dict()
@@ -149,8 +166,14 @@ def print_explanation(out: dict[str, Any]) -> None:
     cls=PlainArgumentsCommand,
 )
 def explain(
-    kind: str = typer.Argument(..., metavar="KIND", help="worker, container, volume or task"),
-    name: str = typer.Argument(..., metavar="NAME", help="its name, handle or task id"),
+    kind: str = typer.Argument(
+        ...,
+        metavar="[KIND] NAME",
+        help="KIND: worker, container, volume or task (left out, the kind NAME names); "
+        "NAME: its name, handle or task id.",
+        show_default=False,
+    ),
+    name: str | None = typer.Argument(None, hidden=True),
     as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,
@@ -158,9 +181,13 @@ def explain(
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
     """Which rule holds KIND NAME where it is and when it next falls due, with its latest
-    events: "w3 is stalled: ...; next: lost at 12:04:31 unless it beats". Times are UTC,
+    events: "w3 is stalled: no heartbeat since 12:03:31; next: lost at 12:04:31 unless it
+    beats". Without KIND, the thing NAME names (reaper explain web-2-c). Times are UTC,
     judged on Postgres' clock with the controller's timings and outage grace (asked of the
     worker's liveness; this shell's REAPER_* settings if it does not answer)."""
+    what: str | None = kind
+    if name is None:  # one argument: it is the NAME
+        what, name = None, kind
     try:
         settings = settings_from(
             temporal_address=address,
@@ -168,7 +195,7 @@ def explain(
             database_url=database_url,
             state_dir=state_dir,
         )
-        out = asyncio.run(explain_one(settings, kind, name))
+        out = asyncio.run(explain_one(settings, what, name))
     except CliError as exc:
         fail(exc)
     except Exception as exc:

@@ -169,6 +169,8 @@ def print_stack(stack: Stack) -> None:
     """Where each piece of a started stack is (Web UI, Temporal, Postgres, controller)."""
     s = stack.settings
     table = Table.grid(padding=(0, 2))
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # a long path folds, never cut short
     if stack.ui_url:
         table.add_row("Temporal Web UI", f"[bold]{stack.ui_url}[/]")
     table.add_row("Temporal", f"{stack.temporal_address} (namespace {s.namespace})")
@@ -178,11 +180,16 @@ def print_stack(stack: Stack) -> None:
     )
     pid = stack.controller.pid if stack.controller is not None else None
     table.add_row("Controller", f"pid {pid}, task queue {s.task_queue!r}")
+    # Two rows, each under 80 columns with the widest label: one row wrapped mid-phrase.
     table.add_row(
         "Timings",
-        f"heartbeat {s.heartbeat_interval:g}s, stalled after "
-        f"{s.stall_after:g}s, lost after {s.lost_after:g}s, missing TTL "
-        f"{s.missing_ttl:g}s" + (", DRY RUN" if s.dry_run else ""),
+        f"heartbeat {s.heartbeat_interval:g}s, stalled after {s.stall_after:g}s, "
+        f"lost after {s.lost_after:g}s",
+    )
+    table.add_row(
+        "",
+        f"missing TTL {s.missing_ttl:g}s, resync {s.resync_interval:g}s"
+        + (", DRY RUN" if s.dry_run else ""),
     )
     table.add_row("State", str(stack.state_dir))
     console.print(table)

@@ -7,12 +7,13 @@ it is in its state. Read through :mod:`reaper.cli.read`; this module holds no SQ
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
 
 from reaper.cli.app import console
+from reaper.core.policy.explain import clock
 
 OWED = "(owed)"
 """The worker column of a task placed nowhere yet."""
@@ -42,7 +43,7 @@ async def tasks_by_worker(url: str, notes: list[str]) -> dict[str, list[dict[str
 
 
 def print_tasks(tasks: dict[str, list[dict[str, Any]]]) -> None:
-    """The tasks table: worker, task, service, state and since when, one row per task."""
+    """The tasks table: worker, task, service, state and since when (UTC), one row per task."""
     count = sum(len(v) for v in tasks.values())
     if not count:
         console.print("no pending or running tasks")
@@ -52,7 +53,7 @@ def print_tasks(tasks: dict[str, list[dict[str, Any]]]) -> None:
         table.add_column(col)
     for worker, rows in tasks.items():
         for i, t in enumerate(rows):
-            since = datetime.fromisoformat(t["since"]).strftime("%Y-%m-%d %H:%M:%S")
+            since = clock(datetime.fromisoformat(t["since"]).astimezone(UTC))
             style = "green" if t["state"] == "running" else "yellow"
             table.add_row(
                 worker if i == 0 else "",

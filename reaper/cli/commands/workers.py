@@ -13,9 +13,10 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
+from rich import box
 from rich.table import Table
 
 from reaper.cli.agent_connection import query_state
@@ -34,7 +35,7 @@ from reaper.cli.app import (
     fail,
     progress,
 )
-from reaper.core.config import ConnectionSettings
+from reaper.core.config import ConfigError, ConnectionSettings, Settings, load_settings
 from reaper.core.contract import LIVENESS_WORKFLOW, StateView
 
 if TYPE_CHECKING:
@@ -46,6 +47,21 @@ QUERY_TIMEOUT_S = 5.0
 """Deadline of one worker's ``state`` query, in seconds."""
 _STATE_STYLE = {"running": "green", "stalled": "yellow", "lost": "red", "retired": "dim"}
 _FLEET_STYLE = {"normal": "green", "partial": "yellow", "full": "red"}
+
+
+DEFAULT_RESYNC_S = float(Settings.model_fields["resync_interval"].default)
+"""``REAPER_RESYNC_INTERVAL``'s default, seconds (``reaper.core.config``)."""
+
+
+def resync_interval_of() -> tuple[float, str | None]:
+    """``REAPER_RESYNC_INTERVAL`` as this shell's settings say (the controller's, when they
+    share a ``.env``), and a note when they could not be read: then its default. ``reaper
+    workers`` only reads and must not be stopped by a controller timing out of range."""
+    try:
+        return load_settings().resync_interval, None
+    except ConfigError as exc:
+        note = f"RESYNC_INTERVAL taken as its default {DEFAULT_RESYNC_S:g}s ({exc})"
+        return DEFAULT_RESYNC_S, note
 
 
 def _first_line(exc: BaseException) -> str:
@@ -61,11 +77,18 @@ def find_database_url(settings: ConnectionSettings) -> str | None:
     return EmbeddedPostgres(Path(settings.state_dir).resolve() / "postgres").running_url()
 
 
-async def _postgres_view(
-    url: str, notes: list[str], include_retired: bool
-) -> tuple[dict[str, int] | None, dict[str, Any] | None, list[read.RetiredWorker] | None]:
-    """Running tasks per worker, the fleet row and (with ``include_retired``) the retired
-    workers; ``(None, None, None)`` with a note on failure."""
+class _PostgresView(NamedTuple):
+    """What ``reaper workers`` reads from Postgres (each ``None`` when it could not)."""
+
+    running: dict[str, int] | None = None
+    fleet: dict[str, Any] | None = None
+    retired: list[read.RetiredWorker] | None = None
+    reports: dict[str, read.ReportTimes] | None = None
+
+
+async def _postgres_view(url: str, notes: list[str], include_retired: bool) -> _PostgresView:
+    """Running tasks per worker, the fleet row, each worker's complete-report times and (with
+    ``include_retired``) the retired workers; all ``None``, with a note, on failure."""
     from reaper.cli import read
 
     try:
@@ -74,13 +97,38 @@ async def _postgres_view(
             running = await read.running_task_counts(conn)
             row = await read.fleet_state(conn)
             retired = await read.retired_workers(conn) if include_retired else None
+            reports = await read.report_times(conn)
         finally:
             await conn.close()
     except Exception as exc:
         notes.append(f"Postgres: {_first_line(exc)}")
-        return None, None, None
+        return _PostgresView()
     fleet = None if row is None else {"state": row.state, "since": row.since.isoformat()}
-    return running, fleet, retired
+    return _PostgresView(running, fleet, retired, reports)
+
+
+def report_fields(times: read.ReportTimes | None, resync_interval: float) -> dict[str, Any]:
+    """A worker's ``complete_reports`` (kind -> ISO time or ``None``) and ``liveness_only``
+    (``{"since", "kinds"}`` as ``policy.reports.liveness_only`` judges the row, or ``None``),
+    both ``None`` when its row is not known."""
+    from reaper.core.policy.reports import liveness_only
+
+    if times is None:
+        return {"complete_reports": None, "liveness_only": None}
+    verdict = liveness_only(
+        times.state, times.last_heartbeat_at, times.complete_at, resync_interval
+    )
+    return {
+        "complete_reports": {
+            kind: at.isoformat() if at else None for kind, at in times.complete_at.items()
+        },
+        "liveness_only": None
+        if verdict is None
+        else {
+            "since": verdict.since.isoformat() if verdict.since else None,
+            "kinds": list(verdict.kinds),
+        },
+    }
 
 
 def _retired_row(
@@ -100,21 +148,32 @@ def _retired_row(
         "last_seq": w.last_seq,
         "assignments": 0,
         "orphans": 0,
+        "complete_reports": None,
+        "liveness_only": None,
     }
 
 
 async def fleet_overview(
-    settings: ConnectionSettings, include_retired: bool = False, include_tasks: bool = False
+    settings: ConnectionSettings,
+    include_retired: bool = False,
+    include_tasks: bool = False,
+    resync_interval: float = DEFAULT_RESYNC_S,
 ) -> dict[str, Any]:
     """Every running liveness with its ``state``, running-task counts and the fleet state;
     with ``include_retired``, retired workers too (hidden otherwise); with
     ``include_tasks``, the pending and running tasks by worker
     (:mod:`reaper.cli.commands.worker_tasks`).
 
+    Args:
+        resync_interval: ``REAPER_RESYNC_INTERVAL``, seconds: how long a worker's beats may
+            carry no complete report before it ``liveness_only`` (``policy.reports``).
+
     Returns:
         A JSON-ready dict ``{"fleet": {"state", "since"} | None, "workers": [...],
         "notes": [...]}`` and, with ``include_tasks``, ``"tasks": {worker: [...]} | None``;
-        a worker whose query failed has ``{"worker", "error"}`` only.
+        a worker whose query failed has ``{"worker", "error"}`` only. Each worker has
+        ``complete_reports`` (kind -> its last complete report, ISO UTC, as its row holds
+        it) and ``liveness_only`` (``{"since", "kinds"}`` or ``None``).
 
     Raises:
         CliError: Temporal is unreachable.
@@ -143,14 +202,13 @@ async def fleet_overview(
     with progress(f"querying the state of {len(ids)} workers…") as show:
         results = await asyncio.gather(*(one(i, show) for i in ids))
     notes: list[str] = []
-    running: dict[str, int] | None = None
-    fleet: dict[str, Any] | None = None
-    retired: list[read.RetiredWorker] | None = None
+    pg = _PostgresView()
     url = find_database_url(settings)
     if url is None:
         notes.append("Postgres not reachable (embedded server not running): task counts unknown")
     else:
-        running, fleet, retired = await _postgres_view(url, notes, include_retired)
+        pg = await _postgres_view(url, notes, include_retired)
+    running, fleet, retired = pg.running, pg.fleet, pg.retired
     if include_retired and retired is None:
         notes.append("retired workers unknown (they are listed from Postgres)")
     tasks = None
@@ -181,6 +239,10 @@ async def fleet_overview(
                 "last_seq": view.last_seq,
                 "assignments": len(view.assignments),
                 "orphans": len(view.orphans),
+                **report_fields(
+                    pg.reports.get(view.worker) if pg.reports is not None else None,
+                    resync_interval,
+                ),
             }
         )
     if retired:
@@ -205,30 +267,65 @@ def age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def complete_report(w: dict[str, Any], now: datetime) -> str:
+    """The *complete report* cell: how long ago the worker's oldest kind last came complete
+    as its row holds it (``2s ago``; ``never`` if one never came; ``?`` if its row is
+    unknown), in yellow when ``policy.reports`` says it beats liveness only (its state cell
+    then says so too)."""
+    times = w.get("complete_reports")
+    if not times:
+        return "?"
+    known = [datetime.fromisoformat(t) for t in times.values() if t]
+    ago = age((now - min(known)).total_seconds()) if len(known) == len(times) else "never"
+    return ago if w.get("liveness_only") is None else f"[yellow]{ago}[/]"
+
+
 def print_overview(overview: dict[str, Any]) -> None:
     """The fleet line and the workers table of :func:`fleet_overview`'s result."""
+    from reaper.core.policy.explain import clock
+
     fleet = overview["fleet"]
     if fleet is not None:
         style = _FLEET_STYLE.get(fleet["state"], "")
-        console.print(f"fleet: [{style}]{fleet['state']}[/] since {fleet['since']}")
-    table = Table(title=f"{len(overview['workers'])} workers")
-    numbers = ("missing", "orphans", "running tasks")
-    for col in ("worker", "state", "last heartbeat", *numbers):
+        since = clock(datetime.fromisoformat(fleet["since"]))
+        console.print(f"fleet: [{style}]{fleet['state']}[/] since {since}", highlight=False)
+    # Seven columns in 80: a rule under the header and none between the columns, one word
+    # per header, a worker's name never cut (the state wraps first; issue 35).
+    table = Table(
+        title=f"{len(overview['workers'])} workers",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    numbers = ("missing", "orphans", "tasks")
+    table.add_column("worker", no_wrap=True)
+    table.add_column("state", min_width=10)
+    for col in ("heartbeat", "report", *numbers):
         table.add_column(col, justify="right" if col in numbers else "left")
+    now = datetime.now(UTC)
     for w in overview["workers"]:
         if "error" in w:
-            table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "", "")
+            table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "", "", "")
             continue
         state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
         if w.get("drained"):
             state += " [magenta](drained)[/]"
         elif w["draining"]:
             state += " [magenta](draining)[/]"
+        if w.get("liveness_only") is not None:
+            state += " [yellow](liveness only)[/]"
         tasks = "?" if w["running_tasks"] is None else str(w["running_tasks"])
         table.add_row(
-            w["worker"], state, age(w["age_s"]), str(w["missing"]), str(w["orphans"]), tasks
+            w["worker"],
+            state,
+            age(w["age_s"]),
+            complete_report(w, now),
+            str(w["missing"]),
+            str(w["orphans"]),
+            tasks,
         )
-    console.print(table)
+    console.print(table, soft_wrap=False)
     if overview.get("tasks") is not None:
         from reaper.cli.commands.worker_tasks import print_tasks
 
@@ -254,9 +351,11 @@ def workers(
     database_url: str | None = DATABASE_URL_OPTION,
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
-    """The fleet: each worker's state, last heartbeat, missing handles, orphans and running
-    tasks, under the fleet's disruption state. Retired workers are listed only with --all;
-    --tasks lists each worker's tasks."""
+    """The fleet: each worker's state, how long ago its last heartbeat (heartbeat) and its
+    last complete report (report) came, its missing handles, orphans and running tasks
+    (tasks), under the fleet's disruption state. A worker whose beats have carried no
+    complete report for longer than RESYNC_INTERVAL is "(liveness only)". Retired workers
+    are listed only with --all; --tasks lists each worker's tasks."""
     try:
         settings = connection_settings_from(
             temporal_address=address,
@@ -264,9 +363,16 @@ def workers(
             database_url=database_url,
             state_dir=state_dir,
         )
+        resync, note = resync_interval_of()
         overview = asyncio.run(
-            fleet_overview(settings, include_retired=show_all, include_tasks=show_tasks)
+            fleet_overview(
+                settings,
+                include_retired=show_all,
+                include_tasks=show_tasks,
+                resync_interval=resync,
+            )
         )
+        overview["notes"] += [note] if note else []
     except CliError as exc:
         fail(exc)
     except Exception as exc:

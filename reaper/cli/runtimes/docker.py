@@ -1,15 +1,18 @@
 """The ``docker`` runtime: containers and volumes of a Docker Engine API (Docker, or Podman's
 compatible service), reaper's by their labels (:mod:`.labels`).
 
-- **Inventory**: the worker's labelled containers in every engine state (created, running,
-  paused, restarting, removing, exited, dead) and volumes. ``containers`` and ``volumes``
-  are their ``reaper.handle`` labels, ``tasks`` the ``reaper.task`` labels of both. A list
-  the engine did not give is ``None`` (liveness only), never ``[]``.
+- **Inventory** (:mod:`.holding`): ``containers`` and ``volumes`` are the ``reaper.handle``
+  labels of the worker's objects in every engine state; ``tasks`` the ``reaper.task`` labels
+  of its containers that run or start (:func:`~.holding.holds_task`): a task whose
+  containers all ended, or that has a volume alone, is absent. What is left of such a task
+  (its ended containers, its volumes) is reported as ``task:T`` under its kind, to become an
+  orphan. A list the engine did not give is ``None`` (liveness only), never ``[]``.
 - **Removing an orphan**: a container is stopped with the grace period (SIGTERM, then
   SIGKILL after ``stop_grace`` seconds: the engine's own ``stop``), then removed; a volume is
   removed, and when the engine refuses because a container still uses it (409) the refusal
   is logged and counted and the removal tried again on the next beat, never forced. An
-  orphaned task takes its containers, then its volumes, with it.
+  orphaned task takes its containers, then its volumes, with it. A task's leftovers
+  (``task:T``) go unless the task is held again; its volumes once its containers are gone.
 - **Starting a task**: from its service's template (:mod:`.starter`, :mod:`.templates`).
 """
 
@@ -25,6 +28,7 @@ from docker import APIClient
 from reaper.cli.agent_metrics import AgentMetrics
 from reaper.cli.runtimes import Inventory
 from reaper.cli.runtimes.engine import Engine, EngineDown, is_gone
+from reaper.cli.runtimes.holding import holds_task, is_leftover, leftover_task, report_lists
 from reaper.cli.runtimes.labels import Owned
 from reaper.cli.runtimes.listing import owned_containers, owned_volumes
 from reaper.cli.runtimes.starter import TaskStarter
@@ -75,8 +79,9 @@ class DockerRuntime:
         return await owned_volumes(self.engine, self.worker)
 
     async def inventory(self) -> Inventory:
-        """Both lists at once (one deadline per beat, not two); ``None`` for a list the
-        engine did not give, and for ``tasks`` unless both came."""
+        """Both lists at once (one deadline per beat, not two), reported as
+        :func:`~.holding.report_lists` says; ``None`` for a kind whose lists the engine did
+        not give."""
         got = await asyncio.gather(self._containers(), self._volumes(), return_exceptions=True)
         for item in got:
             if isinstance(item, BaseException) and not isinstance(
@@ -85,18 +90,13 @@ class DockerRuntime:
                 raise item
         containers = got[0] if isinstance(got[0], list) else None
         volumes = got[1] if isinstance(got[1], list) else None
-        tasks = None
-        if containers is not None and volumes is not None:
-            tasks = sorted({o.task for o in containers + volumes if o.task is not None})
-        return {
-            "containers": _handles(containers),
-            "volumes": _handles(volumes),
-            "tasks": tasks,
-        }
+        return report_lists(containers, volumes)
 
     async def remove(self, kind: str, handle: str) -> bool:
         """Remove orphan ``handle`` of ``kind`` (see the module); True if anything went."""
         try:
+            if is_leftover(handle) and kind in ("containers", "volumes"):
+                return await self._remove_leftovers(kind, handle)
             if kind == "containers":
                 return await self._remove_containers(
                     [c for c in await self._containers() if c.handle == handle], kind, handle
@@ -117,6 +117,27 @@ class DockerRuntime:
         except EngineDown:
             return False  # logged by the engine; listed again on the next answer
         return False
+
+    async def _remove_leftovers(self, kind: str, handle: str) -> bool:
+        """Remove what is left of task ``T`` (``handle`` ``task:T``) of ``kind``: nothing
+        while a container of ``T`` holds it again (the leftovers are not reported any
+        more, and forgotten); its volumes only once its containers are gone (the orphan
+        ``containers/task:T`` removes them; until then the volumes wait, unrefused)."""
+        task = leftover_task(handle)
+        mine = [c for c in await self._containers() if c.task == task]
+        if any(holds_task(c.state) for c in mine):
+            return False
+        if kind == "containers":
+            return await self._remove_containers(
+                [c for c in mine if c.handle is None], kind, handle
+            )
+        if any(c.handle is None for c in mine):
+            return False  # its containers first: they still use the volumes
+        return await self._remove_volumes(
+            [v for v in await self._volumes() if v.task == task and v.handle is None],
+            kind,
+            handle,
+        )
 
     async def _remove_containers(self, found: list[Owned], kind: str, handle: str) -> bool:
         removed = False
@@ -190,10 +211,3 @@ class DockerRuntime:
     async def close(self) -> None:
         """Close the engine's connections."""
         self.engine.close()
-
-
-def _handles(objects: list[Owned] | None) -> list[str] | None:
-    """The sorted, distinct handles of ``objects``; ``None`` stays ``None``."""
-    if objects is None:
-        return None
-    return sorted({o.handle for o in objects if o.handle is not None})

@@ -5,8 +5,10 @@ An object (container or volume) is reaper's, for the agent of worker ``W``, when
 
 - ``reaper.handle=H``: it is handle ``H`` of its kind (reported under ``containers`` or
   ``volumes``; an orphan ``H`` is removed);
-- ``reaper.task=T``: it belongs to task ``T`` (reported under ``tasks`` while anything of
-  ``T`` is on the host; when ``T`` is an orphan, every container and volume of it goes).
+- ``reaper.task=T``: it belongs to task ``T`` (reported under ``tasks`` while one of
+  ``T``'s containers runs or starts, :mod:`.holding`; what is left of ``T`` otherwise is
+  reported as ``task:T`` and becomes an orphan; when ``T`` is an orphan, every container and
+  volume of it goes).
 
 Everything else on the engine, unlabelled or another worker's, is neither reported nor
 removed. Labels are fixed when an object is created (Docker and Podman cannot add one

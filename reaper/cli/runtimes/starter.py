@@ -5,10 +5,12 @@ worker and the task (``reaper.worker``, ``reaper.task``) but with no handle: a t
 objects are reported as the task, and go with it when it is an orphan. (Labelled as
 handles they would need rows in ``containers`` and ``volumes``, which nobody writes for the
 replacements reaper places: each would be an orphan after ``MISSING_TTL``.) A task that
-has a container already, in any state, is not started again (a container that exited
-stays for the operator to look at), except that one left ``created`` by an interrupted
-start is started. A task whose template is missing or invalid, or that the engine refuses
-(an image not on the host), is logged and counted once
+has a container already, in any state, is not started again, except that one left
+``created`` by an interrupted start is started. A container that ended does not hold its
+task (:mod:`.holding`): it is reported as the task's leftover, stays ``MISSING_TTL`` for
+the operator to look at, and is removed as an orphan; a task still ``pending`` is then
+started afresh on a later beat. A task whose template is missing or invalid, or that the
+engine refuses (an image not on the host), is logged and counted once
 (``reaper_agent_task_start_failures_total``), and nothing else happens: it stays
 ``pending`` until a template appears or the scheduler moves it.
 """

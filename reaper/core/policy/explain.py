@@ -13,6 +13,7 @@ an :class:`Explanation` out. Times are UTC ``datetime``s, durations seconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,11 +23,17 @@ from reaper.core.contract import WorkerState
 from reaper.core.models import Timings
 from reaper.core.policy import collection, liveness
 from reaper.core.policy.fleet import FleetState, may_reap, retire_due
+from reaper.core.policy.reports import liveness_only
 
 
 @dataclass(frozen=True)
 class WorkerFacts:
-    """A worker as Postgres holds it, with its liveness's fresher last beat if known."""
+    """A worker as Postgres holds it, with its liveness's fresher last beat if known.
+
+    ``complete_at`` (kind -> its last complete report) and ``row_heartbeat_at`` are one
+    snapshot of the row (written together): ``last_heartbeat_at`` may be the liveness's
+    fresher beat, which the row's report times lag.
+    """
 
     name: str
     state: str
@@ -35,6 +42,9 @@ class WorkerFacts:
     draining: bool = False
     reaped_at: datetime | None = None
     boot_id: str | None = None
+    complete_at: Mapping[str, datetime | None] = field(default_factory=dict)
+    row_heartbeat_at: datetime | None = None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,12 @@ def _fleet_note(fleet: FleetFacts, t: Timings) -> str:
     )
 
 
+def reap_done(w: WorkerFacts) -> bool:
+    """Whether the worker's reap for its current ``lost`` spell is done (``reaped_at`` at or
+    after ``state_since``, as ``activities.reap`` records it)."""
+    return w.reaped_at is not None and (w.state_since is None or w.reaped_at >= w.state_since)
+
+
 def explain_worker(
     w: WorkerFacts,
     fleet: FleetFacts,
@@ -152,6 +168,9 @@ def explain_worker(
         e.because = f"its last heartbeat was at {clock(beat)} ({silent})"
         e.next, e.due_at = f"stalled at {clock(due)} unless it beats", due
         e.notes.append(f"STALL_AFTER {t.stall_after:g}s")
+        reports = reports_note(w, t)
+        if reports is not None:
+            e.notes.append(reports)
         return e
     if state is WorkerState.stalled:
         e.because = f"no heartbeat since {clock(beat)} ({silent}; STALL_AFTER {t.stall_after:g}s)"
@@ -164,8 +183,7 @@ def explain_worker(
         return e
     # lost
     e.because = f"no heartbeat since {clock(beat)} ({silent}; LOST_AFTER {t.lost_after:g}s)"
-    reaped = w.reaped_at is not None and (w.state_since is None or w.reaped_at >= w.state_since)
-    if reaped and w.state_since is not None:
+    if reap_done(w) and w.state_since is not None:
         at = retire_due(w.state_since, t.retire_after)
         e.notes.append(f"its tasks were reaped at {clock(w.reaped_at)}")
         e.next, e.due_at = f"retired automatically at {clock(at)} unless it beats", at
@@ -225,6 +243,26 @@ def explain_drain(
     return notes
 
 
+def reports_note(w: WorkerFacts, t: Timings) -> str | None:
+    """``reports liveness only since ...`` when ``policy.reports.liveness_only`` judges the
+    worker's row so (its own heartbeat and report times, one snapshot); else ``None``."""
+    verdict = liveness_only(w.state, w.row_heartbeat_at, w.complete_at, t.resync_interval)
+    if verdict is None:
+        return None
+    kinds = ", ".join(verdict.kinds)
+    if verdict.since is not None:
+        head = f"reports liveness only since {clock(verdict.since)} ({kinds})"
+    else:
+        head = f"reports liveness only: no complete report of {kinds}"
+        if w.created_at is not None:
+            head += f" since it registered at {clock(w.created_at)}"
+    return (
+        f"{head}: no complete report for more than RESYNC_INTERVAL ({t.resync_interval:g}s);"
+        " nothing on it is marked, destroyed, started or removed until one comes (its agent's"
+        " log says why)"
+    )
+
+
 ENDED_BECAUSE = {
     "worker-lost": "taken down when its worker was lost or force-reaped",
     "worker-retired": "taken down when its worker retired",
@@ -239,9 +277,11 @@ def explain_row(
     fleet: FleetFacts,
     t: Timings,
     now: datetime,
+    grace_until: datetime | None = None,
 ) -> Explanation:
     """Why a container, volume or task row is where it is and when it is next acted on
-    (rules 2, 4, 5, 7; ``CREATING_TIMEOUT``)."""
+    (rules 2, 4, 5, 7; ``CREATING_TIMEOUT``); ``grace_until`` is its worker's outage grace
+    (:func:`explain_worker`)."""
     e = Explanation(f"{r.kind} {r.handle}", r.state, "")
     on = f" on {r.worker}" if r.worker else ""
     if kinds.kind(r.kind).task:
@@ -253,6 +293,8 @@ def explain_row(
             if r.replaced_by:
                 e.notes.append(f"replaced by {r.replaced_by}")
             return e
+        if task.active and worker is not None and states.worker(worker.state).unhealthy:
+            return _held_by_worker(e, r, worker, fleet, t, now, grace_until)
         if task.starts:
             if r.worker is None:
                 e.because = "owed: no placeable worker when it was created (§5.1)"
@@ -261,8 +303,18 @@ def explain_row(
                     f" ({2 * t.heartbeat_interval:g}s) of a placeable worker appearing"
                 )
                 return e
-            e.because = f"placed{on}, not reported by its worker yet"
+            since = r.state_changed_at
+            waited = f" ({(now - since).total_seconds():.0f}s ago)" if since else ""
+            e.because = f"placed{on} at {clock(since)}{waited}, not reported by its worker yet"
             e.next = "running once its worker reports it (rule 5)"
+            e.notes.append(
+                "reaper never stops a task its worker has not started (rule 2: only running"
+                " tasks are marked missing): if its agent cannot start it (a missing or bad"
+                f" template, an image not on the host; the agent logs `task {r.handle} not"
+                " started (REASON)` and counts reaper_agent_task_start_failures_total), it"
+                " never will, and it stays pending on this worker until the scheduler moves"
+                " it or the worker is reaped"
+            )
             return e
     else:
         handle = states.HANDLES[states.HandleState(r.state)]
@@ -289,6 +341,43 @@ def explain_row(
     )
     if refused is not None:
         e.notes.append(f"destroy held: {refused} (rules 4 and 6: time away does not count)")
+    return e
+
+
+def _held_by_worker(
+    e: Explanation,
+    r: RowFacts,
+    worker: WorkerFacts,
+    fleet: FleetFacts,
+    t: Timings,
+    now: datetime,
+    grace_until: datetime | None = None,
+) -> Explanation:
+    """A pending or running task of an unhealthy worker (stalled, lost): it goes with its
+    worker's reap (rule 5), when :func:`explain_worker` says that comes; after that reap, as
+    a stray (``states``: a lost worker holds no tasks)."""
+    w = explain_worker(worker, fleet, t, now, grace_until)
+    e.because = f"{r.state} on {worker.name}, which is {worker.state}: {w.because}"
+    if worker.state == WorkerState.lost.value and reap_done(worker):
+        e.next = (
+            f"taken down as a stray by the fleet monitor: {worker.name}'s reap is done and a"
+            " lost worker holds no tasks"
+        )
+    elif worker.state == WorkerState.stalled.value:
+        e.next = (
+            f"reaped (lost) and replaced when {worker.name} is lost, at {clock(w.due_at)},"
+            " unless it beats (rule 5)"
+        )
+        e.due_at = w.due_at
+    elif w.next is not None:
+        e.next = f"reaped (lost) and replaced with {worker.name}: {w.next}"
+        e.due_at = w.due_at
+    e.notes += [n for n in w.notes if "held" in n or "unhealthy" in n]
+    if r.missing_since is not None:
+        e.notes.append(
+            f"marked missing since {clock(r.missing_since)}: not destroyed while its worker"
+            " is away (rule 4: time away does not count)"
+        )
     return e
 
 

@@ -6,11 +6,12 @@ Pure: rows and a clock in, numbers out; the I/O is ``activities.metrics``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from reaper.core.policy.fleet import FleetState, fleet_state
+from reaper.core.policy.reports import liveness_only
 from reaper.core.states import HEALTHY, IN_FLEET, UNHEALTHY
 
 WORKER_STATES = tuple(IN_FLEET)
@@ -23,13 +24,16 @@ above it (rule 6 holds reaps)."""
 
 @dataclass(frozen=True)
 class WorkerRow:
-    """One ``reaper.workers`` row: name, state, last heartbeat (UTC, ``None`` if never)."""
+    """One ``reaper.workers`` row: name, state, last heartbeat (UTC, ``None`` if never), and
+    per kind its last complete report (``workers.<kind>_complete_at``; a kind left out:
+    none)."""
 
     name: str
     state: str
     last_heartbeat_at: datetime | None
     drained: bool = False
     """Draining and holding no pending or running task (CONTRACT.md §6.2)."""
+    complete_at: Mapping[str, datetime | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class FleetGauges:
         last_heartbeat: ``worker -> last heartbeat`` as a Unix time in seconds, for every
             counted worker that ever beat.
         drained: drained workers (§6.2, ``reaper_workers_drained``).
+        reports_incomplete: workers whose beats have carried no complete report of some
+            kind for longer than ``RESYNC_INTERVAL`` (``policy.reports.liveness_only``).
     """
 
     workers: dict[str, int]
@@ -53,10 +59,15 @@ class FleetGauges:
     lag_max: dict[str, float] = field(default_factory=dict)
     last_heartbeat: dict[str, float] = field(default_factory=dict)
     drained: int = 0
+    reports_incomplete: int = 0
 
 
 def fleet_gauges(
-    rows: Iterable[WorkerRow], owed: int, threshold: float, now: datetime
+    rows: Iterable[WorkerRow],
+    owed: int,
+    threshold: float,
+    now: datetime,
+    resync_interval: float,
 ) -> FleetGauges:
     """The gauges of a fleet from its ``workers`` rows.
 
@@ -69,16 +80,21 @@ def fleet_gauges(
         owed: owed replacements counted in Postgres.
         threshold: ``REAPER_DISRUPTION_THRESHOLD``, a fraction in (0, 1].
         now: the clock the lags are measured against (UTC; Postgres' ``now()`` on a read).
+        resync_interval: ``REAPER_RESYNC_INTERVAL``, seconds: how long a worker's beats may
+            carry no complete report of a kind before it counts in ``reports_incomplete``.
     """
     workers = dict.fromkeys(WORKER_STATES, 0)
     lag_max: dict[str, float] = {}
     last: dict[str, float] = {}
     drained = 0
+    incomplete = 0
     for row in rows:
         if row.state not in workers:
             continue
         workers[row.state] += 1
         drained += row.drained
+        if liveness_only(row.state, row.last_heartbeat_at, row.complete_at, resync_interval):
+            incomplete += 1
         if row.last_heartbeat_at is None:
             continue
         lag = max((now - row.last_heartbeat_at).total_seconds(), 0.0)
@@ -87,4 +103,4 @@ def fleet_gauges(
     healthy = sum(workers[s] for s in HEALTHY)
     unhealthy = sum(workers[s] for s in UNHEALTHY)
     level = DISRUPTION_LEVEL[fleet_state(healthy, unhealthy, threshold)]
-    return FleetGauges(workers, level, owed, lag_max, last, drained)
+    return FleetGauges(workers, level, owed, lag_max, last, drained, incomplete)
