@@ -113,6 +113,7 @@ async def test_drain_migrate_wait_moves_every_task_and_exits_when_drained(
                 env=env,
             )
             assert out.returncode == 0, out.stdout + out.stderr
+            print(out.stdout)  # the timeline, with -s
             lines = out.stdout.splitlines()
             assert lines[0].startswith(f"drain of {w}: changed; draining; migrating until"), lines
             for t in ids:
