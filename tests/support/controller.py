@@ -20,6 +20,7 @@ from reaper.core.policy.rollout import RELEASE_LINES
 from reaper.kit.controller import Controller
 from reaper.kit.processes import find_binary as kit_find_binary
 from tests.support.paths import ROOT
+from worker import ControllerHooks
 from workflows import ALL_WORKFLOWS
 from workflows.common import fleet_monitor_id
 from workflows.fleet import FleetMonitor
@@ -117,6 +118,7 @@ def controller(
         task_queue=task_queue,
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
+        interceptors=[ControllerHooks()],
         **worker_options,
     )
 
