@@ -99,8 +99,7 @@ async def follow_drain(
                     for r in await read.migration_rows(conn, worker, since)
                     if r.stop_reason == "drain-deadline" and r.replacement_state != "running"
                 ]
-                at = now if host.told else drain.drained_at
-                console.print(f"{_clock(at)}  {worker}: drained", highlight=False)
+                console.print(f"{_clock(now)}  {worker}: drained", highlight=False)
                 if cut:
                     console.print(
                         f"{worker}: the deadline stopped {', '.join(cut)} before a replacement ran",
