@@ -58,7 +58,8 @@ async def follow_drain(
         run, or an undrain ended the drain first.
 
     Raises:
-        CliError: no database to read (not given and no embedded one running).
+        CliError: no database to read (not given and no embedded one running), or Temporal
+            unreachable when the worker's reports are asked for.
     """
     from reaper.cli import read
     from reaper.cli.commands.workers import find_database_url
