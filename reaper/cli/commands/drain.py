@@ -13,8 +13,8 @@ The payload is ``{"reason": ..., "actor": ...}`` (§2, §5.1), the actor ``$USER
 ``operator`` when ``$USER`` is unset or empty; ``drain --migrate [--deadline D]`` adds
 ``migrate`` and ``deadline`` (§6.1), and ``--wait`` follows the migration in Postgres, a
 line per task as its replacement is placed, runs and its original stops, until the worker
-is drained (exit 0; 1 if the deadline stopped a task whose replacement was not running, or
-an undrain ended the drain).
+is drained and its agent reports no task left on its host (exit 0; 1 if the deadline
+stopped a task whose replacement was not running, or an undrain ended the drain).
 
 With ``--key-file FILE`` (env ``REAPER_OPERATOR_KEY_FILE``) the command is signed for the
 worker with that Ed25519 key, ``signed_at`` from this host's clock (§5.2), so it acts in
@@ -372,8 +372,9 @@ def drain(
     wait: bool = typer.Option(
         False,
         "--wait",
-        help="Show each task's migration as it happens and exit once WORKER is drained (1 if "
-        "the deadline stopped a task whose replacement did not run).",
+        help="Show each task's migration as it happens and exit once WORKER is drained and "
+        "its agent reports no task left on its host (1 if the deadline stopped a task whose "
+        "replacement did not run).",
     ),
     key_file: Path | None = KEY_FILE_OPTION,
     address: str | None = ADDRESS_OPTION,
@@ -382,8 +383,9 @@ def drain(
     state_dir: str | None = STATE_DIR_OPTION,
 ) -> None:
     """Drain WORKER: nothing new is placed on it. With --migrate its tasks are moved off,
-    replacement first; --wait follows them until WORKER is drained (holds no task), which
-    is when its host may be terminated (then reaper retire WORKER)."""
+    replacement first; --wait follows them until WORKER is drained (holds no task) and its
+    agent has stopped the last of them, which is when its host may be terminated (then
+    reaper retire WORKER)."""
     extra: dict[str, Any] = {}
     if deadline is not None and not migrate:
         fail(CliError("--deadline needs --migrate", code=2))
@@ -398,7 +400,12 @@ def drain(
     if not wait:
         exit_now(0)
     try:
-        settings = connection_settings_from(database_url=database_url, state_dir=state_dir)
+        settings = connection_settings_from(
+            temporal_address=address,
+            namespace=namespace,
+            database_url=database_url,
+            state_dir=state_dir,
+        )
         code = asyncio.run(follow_drain(settings, worker, sent.answer))
     except CliError as exc:
         fail(exc)
