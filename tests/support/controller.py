@@ -4,6 +4,7 @@ as a child process (:class:`ControllerProcess`, the kit's ``python worker.py``).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ import asyncpg
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.workflow import _Definition
 
 from activities import ReaperActivities
 from reaper.core.config import Settings
@@ -101,6 +104,28 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]
 
 
+_VALIDATED: set[type] = set()
+"""Workflow classes the sandbox has validated in this process (:class:`ValidatedOnce`)."""
+
+
+@dataclass(frozen=True)
+class ValidatedOnce(SandboxedWorkflowRunner):
+    """The SDK's default sandbox (the same restrictions, every workflow run imported
+    afresh), validating each workflow class once per process instead of once per ``Worker``.
+
+    A ``Worker`` validates every workflow it is given by creating a throw-away instance of it
+    in the sandbox (importing its module afresh); the suite starts one controller per test,
+    and that validation of the same four classes cost about 0.2 s of CPU each time (py-spy,
+    tests/workflows). What it checks, that the module imports in the sandbox, cannot change
+    within a process, and every workflow run imports it afresh in the sandbox anyway."""
+
+    def prepare_workflow(self, defn: _Definition) -> None:
+        if defn.cls in _VALIDATED:
+            return
+        super().prepare_workflow(defn)
+        _VALIDATED.add(defn.cls)
+
+
 def controller(
     client: Client,
     pool: asyncpg.Pool,
@@ -119,7 +144,7 @@ def controller(
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
         interceptors=[PeerVersionGate(settings.peer_version)],
-        **worker_options,
+        **{"workflow_runner": ValidatedOnce(), **worker_options},
     )
 
 
