@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +27,13 @@ from reaper.kit.postgres import EmbeddedPostgres
 
 _exit_status = 0
 
+# The in-process controllers run the workflows in the SDK's default sandbox, which imports
+# each workflow module afresh for every workflow run. Where PYTHONDONTWRITEBYTECODE is set
+# (these machines set it), nothing is ever cached, so every run compiled the modules from
+# source again: about half of the test process's own CPU in tests/workflows (py-spy). The
+# bytecode goes to __pycache__ beside the sources, as Python's default does.
+sys.dont_write_bytecode = False
+
 # `make test` runs the property tests with this profile: the same examples every run, no
 # example database, so a red CI run is reproducible from the commit alone.
 hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
@@ -40,8 +48,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # The Temporal SDK can abort at interpreter exit after all work is done (docs/platform-notes.md:
     # "Fatal Python error: PyGILState_Release", exit 134). The run is over and reported
     # here; leave with pytest's own status so CI judges the tests, not the teardown.
-    import sys
-
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)
