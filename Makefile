@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test upgrade check demo bench property chaos clean sysdeps
+.PHONY: run test fast upgrade check demo bench property chaos clean sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,13 @@ test: $(STAMP) sysdeps
 	echo "---- $(E2E_FIRST) (exit $$f):"; cat .reaper/test-e2e-first.log; \
 	echo "---- the other tests/e2e (exit $$e2e)"; \
 	test $$e2e -eq 0 -a $$u -eq 0 -a $$s -eq 0 -a $$f -eq 0
+
+# The tests that need no Temporal server and no Postgres (tests/conftest.py marks the others
+# `server` by their fixtures): the policy tables, the core, the pure property tests, the
+# replay of stored histories, the release and patch checks. Under a minute on 2 cores.
+fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
+		-m 'not server and not slow and not upgrade' $(UNIT_TESTS)
 
 # The upgrade promise (tests/e2e/test_upgrade.py): the previous release (releases.toml),
 # exported from this repository's history with `git archive`, runs its controller until work

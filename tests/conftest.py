@@ -39,6 +39,19 @@ sys.dont_write_bytecode = False
 hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
 
 
+SERVER_FIXTURES = frozenset({"pg_server_url", "time_env", "dev_env", "long_runs"})
+"""Fixtures that start a Temporal server or Postgres (the others that need one build on
+these)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Marker `server` on every test whose fixtures start a Temporal server or Postgres;
+    # `make fast` runs the others.
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     global _exit_status
     _exit_status = int(exitstatus)
