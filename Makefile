@@ -47,10 +47,15 @@ sysdeps:
 # in two, split by file: E2E_FIRST (the longest files: a controller killed mid-step, the
 # CLI, the container engine, outages, a locked table; about 5 minutes alone) and
 # the rest (about 4.8; a new file lands there). Each of these starts its own dev server and
-# Postgres on free ports. The suite mostly waits on real servers and timers (about half a
-# core on average over a serial run), so together they take about as long as the longest
-# process. The background processes' output is kept in .reaper/test-*.log and printed when
-# all have ended; the exit status fails if any failed. The property tests run derandomized
+# Postgres on free ports. Side by side the four are CPU-bound on 2 cores (a fresh clone's
+# run spent about 1,200 CPU-seconds, servers and Postgres included), so the suite gets shorter
+# only by spending less CPU, not by another split: the in-process controllers validate each
+# workflow class once per process and cache bytecode (tests/support/controller.py,
+# tests/conftest.py), `reaper` commands fork from a process that has imported the CLI
+# (tests/support/cli.py), and a test waiting on a liveness asks again after the controller's
+# next workflow activation, not on a clock (tests/support/fleet.py). The background
+# processes' output is kept in .reaper/test-*.log and printed when all have ended; the exit
+# status fails if any failed. The property tests run derandomized
 # here (the same examples on every run, so a red CI is reproducible); `make property`
 # explores new random timelines.
 UNIT_TESTS := tests/core tests/policy tests/activities tests/workflows tests/chaos
