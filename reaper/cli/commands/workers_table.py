@@ -69,7 +69,8 @@ def print_overview(overview: dict[str, Any]) -> None:
         if "error" in w:
             table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "", "", "")
             continue
-        state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
+        shown = _STATE_STYLE.get(w["state"])
+        state = f"[{shown}]{w['state']}[/]" if shown else w["state"]
         if w.get("drained"):
             state += " [magenta](drained)[/]"
         elif w["draining"]:
