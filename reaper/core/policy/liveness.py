@@ -223,7 +223,8 @@ def is_return(
 ) -> bool:
     """Whether an accepted heartbeat is the worker's return to ``running``.
 
-    A return is a beat from a ``stalled`` or ``lost`` worker, or any beat after
+    A return is a beat from a worker in a state a beat leaves (``states.WORKERS``:
+    ``stalled``, ``lost``; not ``running``), or any beat after
     ``stall_after`` seconds of silence, even one the liveness was too busy to judge in time
     (same boundary as the deadline timer, so a replay decides alike). A return restarts
     every mark: reports taken before it never decide (rule 4). A forced reap that is still
@@ -239,7 +240,7 @@ def is_return(
     """
     if forced_reap_pending:
         return False
-    if current is not WorkerState.running:
+    if WORKERS[current].left_by_a_beat:
         return True
     return (
         last_heartbeat_at is not None and (now - last_heartbeat_at).total_seconds() >= stall_after
