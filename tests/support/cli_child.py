@@ -6,6 +6,7 @@ Standard library only at import: the fork server preloads this module beside ``r
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import runpy
@@ -39,6 +40,13 @@ def run(args: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> N
         errors="backslashreplace",
         write_through=True,
     )
+    # The fork server built the CLI's consoles with its own environment, and rich reads
+    # COLUMNS when a console is built: give them this command's width (80 without one, as a
+    # fresh process writing to a file has).
+    app = importlib.import_module("reaper.cli.app")
+    columns = env.get("COLUMNS", "")
+    for console in (app.console, app.err):
+        console.width = int(columns) if columns.isdigit() else 80
     sys.argv = ["reaper", *args]
     try:
         runpy.run_module("reaper.cli", run_name="__main__", alter_sys=True)
