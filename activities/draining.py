@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 from temporalio import activity
 
 from activities import metrics, migration
 from activities.base import ActivityBase, write_events
 from activities.types import DrainChange, DrainOutcome
+from reaper.core.liveness_state import DrainRequest
 from reaper.core.policy.drain import drain_changes, drain_effects
 
 _DRAIN_ROW = (
@@ -76,16 +78,7 @@ class DrainActivities(ActivityBase):
                 if e.migrates:
                     how = f"migrate, deadline {req.deadline or change.default_deadline:g}s"
                     why = f"{why} ({how})" if why else how
-                await write_events(
-                    conn,
-                    change.worker,
-                    "worker",
-                    "drain" if req.draining else "undrain",
-                    [change.worker],
-                    why,
-                    req.actor,
-                    dedupe=[req.key] if req.key else None,
-                )
+                await _drain_event(conn, change.worker, req, why)
                 outcome.changed.append(req.key)
             last = next((e.request for e in reversed(effects) if e.draining), None)
             if last is not None:
@@ -137,16 +130,7 @@ class DrainActivities(ActivityBase):
                 return False
             changes = drain_changes(draining, requests)
             for req in changes:
-                await write_events(
-                    conn,
-                    change.worker,
-                    "worker",
-                    "drain" if req.draining else "undrain",
-                    [change.worker],
-                    req.reason,
-                    req.actor,
-                    dedupe=[req.key] if req.key else None,
-                )
+                await _drain_event(conn, change.worker, req, req.reason)
             if changes:  # the row's value, and the reason of the last change
                 await conn.execute(
                     "UPDATE reaper.workers SET draining = $2, drain_reason = $3 WHERE name = $1",
@@ -155,3 +139,19 @@ class DrainActivities(ActivityBase):
                     changes[-1].reason or None,
                 )
             return bool(changes)
+
+
+async def _drain_event(conn: asyncpg.Connection, worker: str, req: DrainRequest, why: str) -> None:
+    """The ``events`` row of one drain request that changed ``worker`` (``drain`` or
+    ``undrain``, by ``req.actor``, because ``why``), keyed by the request's ``key`` so that a
+    retry of the batch finds it."""
+    await write_events(
+        conn,
+        worker,
+        "worker",
+        "drain" if req.draining else "undrain",
+        [worker],
+        why,
+        req.actor,
+        dedupe=[req.key] if req.key else None,
+    )

@@ -16,6 +16,7 @@ import asyncpg
 
 from reaper.core import states
 from reaper.core.contract import KINDS
+from reaper.core.policy.explain_drain import MigrationFacts
 from reaper.core.states import TaskState
 
 Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
@@ -43,20 +44,24 @@ async def running_task_counts(db: Db) -> dict[str, int]:
 
 class ReportTimes(NamedTuple):
     """A worker's row as ``policy.reports.liveness_only`` judges it: state, last heartbeat,
-    per kind the last complete report (``workers.<kind>_complete_at``), and when the row was
-    made. Times UTC; the row may lag the liveness by up to ``STALL_AFTER`` (§5.3)."""
+    per kind the last complete report (``workers.<kind>_complete_at``), when the row was
+    made, and when the worker was drained (§6.2; ``None``: not drained). Times UTC; the row
+    may lag the liveness by up to ``STALL_AFTER`` (§5.3), and lead it on ``drained_at``: the
+    tasks reconcile writes that here before it tells the liveness.
+    """
 
     state: str
     last_heartbeat_at: datetime | None
     complete_at: dict[str, datetime | None]
     created_at: datetime
+    drained_at: datetime | None = None
 
 
 async def report_times(db: Db) -> dict[str, ReportTimes]:
     """Every worker's :class:`ReportTimes`, by name."""
     rows = await db.fetch(
         "SELECT name, state, last_heartbeat_at, containers_complete_at, volumes_complete_at,"
-        " tasks_complete_at, created_at FROM reaper.workers"
+        " tasks_complete_at, created_at, drained_at FROM reaper.workers"
     )
     return {
         r["name"]: ReportTimes(
@@ -64,6 +69,7 @@ async def report_times(db: Db) -> dict[str, ReportTimes]:
             r["last_heartbeat_at"],
             {kind: r[f"{kind}_complete_at"] for kind in KINDS},
             r["created_at"],
+            r["drained_at"],
         )
         for r in rows
     }
@@ -235,17 +241,6 @@ async def running_workers(db: Db) -> list[str]:
 # ---- a migrating drain, as `reaper drain --wait` and `reaper explain` show it ------------
 
 
-class MigrationRow(NamedTuple):
-    """One task of a draining worker and its newest replacement (CONTRACT.md §6.1)."""
-
-    task: str
-    state: str
-    stop_reason: str | None
-    replacement: str | None
-    replacement_worker: str | None
-    replacement_state: str | None
-
-
 class DrainRow(NamedTuple):
     """A worker's drain: ``draining``, the migration's deadline (UTC) and ``drained_at``."""
 
@@ -262,9 +257,10 @@ async def drain_state(db: Db, worker: str) -> DrainRow | None:
     return DrainRow(row["draining"], row["migrate_until"], row["drained_at"]) if row else None
 
 
-async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[MigrationRow]:
+async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[MigrationFacts]:
     """The tasks of ``worker`` that were active at ``since`` (UTC; every task of it still
-    active, or stopped since then) with their newest replacement, oldest first."""
+    active, or stopped since then) with their newest replacement, oldest first, as the
+    explanation of a drain takes them (``policy.explain_drain``)."""
     rows = await db.fetch(
         "SELECT o.id, o.state, o.stop_reason, r.id AS rid, r.worker AS rworker,"
         " r.state AS rstate FROM reaper.tasks o LEFT JOIN LATERAL (SELECT id, worker, state"
@@ -278,6 +274,6 @@ async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[Mi
         since,
     )
     return [
-        MigrationRow(r["id"], r["state"], r["stop_reason"], r["rid"], r["rworker"], r["rstate"])
+        MigrationFacts(r["id"], r["state"], r["stop_reason"], r["rid"], r["rworker"], r["rstate"])
         for r in rows
     ]

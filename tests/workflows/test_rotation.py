@@ -235,9 +235,21 @@ async def test_no_capacity_waits_and_resumes_when_a_worker_comes(
         await each_original_replaced_once(pool, service, w)
 
 
-async def test_the_draining_worker_force_reaped_mid_migration_replaces_no_task_twice(
-    time_env: WorkflowEnvironment, pool: asyncpg.Pool
+@pytest.mark.parametrize(
+    ("update", "reason", "state", "beats"),
+    [("force_reap", "host gone", "lost", 6), ("retire", "scale-in", "retired", 4)],
+    ids=["force-reaped", "retired"],
+)
+async def test_the_draining_worker_reaped_mid_migration_replaces_no_task_twice(
+    time_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    update: str,
+    reason: str,
+    state: str,
+    beats: int,
 ) -> None:
+    """A worker force-reaped or retired while a replacement of its is pending: each of its
+    tasks is replaced once, by the migration or by the reap, never by both."""
     async with fleet_with(time_env, pool, monitor=True) as fleet:
         hosts = await start_fleet(fleet, pool, tasks=3, surge=1)
         w, service = fleet.names[0], f"web-{fleet.suffix}"
@@ -246,9 +258,9 @@ async def test_the_draining_worker_force_reaped_mid_migration_replaces_no_task_t
         await until_pending_replacement(hosts, pool, service)
         hosts.silent.add(w)
         handle = fleet.client.get_workflow_handle(liveness_id(w))
-        answer = await handle.execute_update("force_reap", {"reason": "host gone"})
-        assert answer["accepted"] and answer["state"] == "lost", answer
-        await hosts.run(6 * HB, watch=watch)
+        answer = await handle.execute_update(update, {"reason": reason})
+        assert answer["accepted"] and answer["state"] == state, answer
+        await hosts.run(beats * HB, watch=watch)
         await each_original_replaced_once(pool, service, w)
 
 
@@ -309,23 +321,6 @@ async def test_undrain_mid_migration_ends_it_and_the_service_ends_at_its_desired
         st = await fleet.state(w)
         assert not st.draining and not st.drained
         assert len(hosts.tasks[w]) in (1, 2)  # those not yet moved keep running there
-
-
-async def test_retire_mid_migration_reaps_and_replaces_no_task_twice(
-    time_env: WorkflowEnvironment, pool: asyncpg.Pool
-) -> None:
-    async with fleet_with(time_env, pool, monitor=True) as fleet:
-        hosts = await start_fleet(fleet, pool, tasks=3, surge=1)
-        w, service = fleet.names[0], f"web-{fleet.suffix}"
-        watch = Watch(pool, service)
-        await drain(fleet, w, migrate=True)
-        await until_pending_replacement(hosts, pool, service)
-        hosts.silent.add(w)
-        handle = fleet.client.get_workflow_handle(liveness_id(w))
-        answer = await handle.execute_update("retire", {"reason": "scale-in"})
-        assert answer["accepted"] and answer["state"] == "retired", answer
-        await hosts.run(4 * HB, watch=watch)
-        await each_original_replaced_once(pool, service, w)
 
 
 async def test_at_the_deadline_what_is_left_stops_and_is_backfilled_once(

@@ -36,7 +36,7 @@ def _clock(at: datetime) -> str:
 
 def steps_of(row: Any) -> list[str]:
     """What a task's row says has happened to it, in order: its replacement placed, that
-    running, the task stopped (``read.MigrationRow``)."""
+    running, the task stopped (``policy.explain_drain.MigrationFacts``)."""
     done = []
     if row.replacement is not None:
         where = f"on {row.replacement_worker}" if row.replacement_worker else "owed"

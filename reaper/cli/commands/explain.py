@@ -122,9 +122,8 @@ async def explain_one(
                 drain = await read.drain_state(conn, name)
                 if drain is not None and drain.draining:
                     rows = await read.migration_rows(conn, name, None)
-                    facts_ = [explain_drain.MigrationFacts(*r) for r in rows]
                     e.notes += explain_drain.explain_drain(
-                        drain.migrate_until, drain.drained_at, facts_, now
+                        drain.migrate_until, drain.drained_at, rows, now
                     )
         else:
             if row is None:

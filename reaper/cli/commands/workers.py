@@ -196,12 +196,18 @@ async def fleet_overview(
         if view.state == "retired" and not include_retired:
             continue  # retired a moment ago; its liveness is about to complete
         last = view.last_heartbeat_at
+        row = pg.reports.get(view.worker) if pg.reports is not None else None
+        # Drained as soon as either says so: Postgres holds it first (`drain --wait` and
+        # `explain` read it there), the liveness a signal later.
+        drained = view.draining and (
+            view.drained or (row is not None and row.drained_at is not None)
+        )
         workers.append(
             {
                 "worker": view.worker,
                 "state": view.state,
                 "draining": view.draining,
-                "drained": view.drained,
+                "drained": drained,
                 "last_heartbeat_at": last.isoformat() if last else None,
                 "age_s": round((now - last).total_seconds(), 1) if last else None,
                 "missing": view.missing,
@@ -210,10 +216,7 @@ async def fleet_overview(
                 "last_seq": view.last_seq,
                 "assignments": len(view.assignments),
                 "orphans": len(view.orphans),
-                **report_fields(
-                    pg.reports.get(view.worker) if pg.reports is not None else None,
-                    resync_interval,
-                ),
+                **report_fields(row, resync_interval),
             }
         )
     if retired:

@@ -12,7 +12,7 @@ from reaper.core.policy.explain import clock
 @dataclass(frozen=True)
 class MigrationFacts:
     """One task of a draining worker and its newest replacement (§6.1), as Postgres holds
-    them (``reaper.cli.read.MigrationRow``'s fields)."""
+    them (``reaper.cli.read.migration_rows``)."""
 
     task: str
     state: str
