@@ -13,6 +13,7 @@ throughput); ``FULL_RESYNC_INTERVAL`` is the safety net for changes the feed can
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 
@@ -21,7 +22,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.base import ActivityBase
-from reaper.core.contract import liveness_id
+from reaper.core.contract import fleet_monitor_id, liveness_id
+from reaper.core.policy import rollout
+
+log = logging.getLogger(__name__)
 
 TAKE = (
     "DELETE FROM reaper.row_changes WHERE id IN"
@@ -94,3 +98,19 @@ class ChangeActivities(ActivityBase):
             if len(rows) < BATCH:
                 break
         return nudged
+
+
+async def wake_upkeep(peer_version: str) -> None:
+    """Ask the fleet monitor of this activity's task queue to run its upkeep now rather than
+    at its next heartbeat-interval tick (signal ``upkeep``, an internal name): a migration's
+    next step is due (``activities.migration.upkeep_due``). Sent only once every peer
+    controller is of the 1.2 line (``peer_version``, ``rollout.ROTATING_HOSTS``): a 1.1
+    monitor would ignore it, and a monitor woken early gives commands a 1.1 replica would
+    not give on its history. Best effort: a failure is logged, the tick still comes."""
+    if not rollout.uses(rollout.ROTATING_HOSTS, peer_version):
+        return
+    queue = activity.info().task_queue
+    try:
+        await activity.client().get_workflow_handle(fleet_monitor_id(queue)).signal("upkeep")
+    except Exception as exc:  # the upkeep's tick is the fallback
+        log.info("waking the fleet monitor of %s failed: %s", queue, exc)

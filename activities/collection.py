@@ -16,8 +16,9 @@ import asyncpg
 from temporalio import activity
 
 from activities import collection_sql as sql
-from activities import metrics, sealing
+from activities import metrics, migration, sealing
 from activities.base import EVENT_KIND, ActivityBase, column, command_count, write_events
+from activities.changes import wake_upkeep
 from activities.creating import fail_stuck_creating
 from activities.types import (
     ReconcileInput,
@@ -143,6 +144,7 @@ class CollectionActivities(ActivityBase):
             if not await _load_report(conn, inp):
                 return ReconcileResult(skipped=f"staged report {inp.staged_id} is gone")
             result = ReconcileResult()
+            wake = False
             if task and not dry:
                 result.started = await column(
                     conn,
@@ -151,6 +153,7 @@ class CollectionActivities(ActivityBase):
                     states.STARTED.value,
                     states.STARTING_TASKS,
                 )
+                wake = await migration.next_step_due(conn, result.started)
             # The report's table has no statistics, which the planner guesses small: left to
             # itself it would clear against a 100,000-handle report by nested loop,
             # O(marked rows x handles). Hash joins while marked rows are looked up in the
@@ -216,6 +219,8 @@ class CollectionActivities(ActivityBase):
             result.status.orphans = orphans
         if not dry:
             metrics.count_destroyed(kind, len(stuck))
+        if wake:
+            await wake_upkeep(self.settings.peer_version)
         return result
 
     async def _mark(

@@ -10,6 +10,7 @@ from temporalio import activity
 
 from activities import metrics, migration
 from activities.base import ActivityBase, write_events
+from activities.changes import wake_upkeep
 from activities.types import DrainChange, DrainOutcome
 from reaper.core.liveness_state import DrainRequest
 from reaper.core.policy.drain import drain_changes, drain_effects
@@ -95,6 +96,9 @@ class DrainActivities(ActivityBase):
             outcome.drained_at = after["drained_at"]
         metrics.count_migrations("cancelled", len(outcome.cancelled))
         metrics.count_migrations("replaced", replaced)
+        if outcome.changed and outcome.draining and outcome.drained_at is None:
+            # Its first wave, or its drained, is the upkeep's to decide: now, not at its tick.
+            await wake_upkeep(self.settings.peer_version)
         return outcome
 
     @activity.defn(name="set_draining")

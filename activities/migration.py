@@ -65,6 +65,23 @@ NOT_DRAINED = (
 )
 """A drained worker that holds a task again (a scheduler wrote one) or drains no more."""
 
+STARTED_REPLACEMENTS = (
+    "SELECT EXISTS (SELECT 1 FROM reaper.tasks t JOIN reaper.tasks o ON o.id = t.replaces"
+    " JOIN reaper.workers w ON w.name = o.worker"
+    " WHERE t.id = ANY($1::text[]) AND w.draining AND w.migrate_until IS NOT NULL)"
+)
+"""Whether one of the tasks $1 replaces an original of a migrating worker."""
+
+
+async def next_step_due(conn: asyncpg.Connection, started: list[str]) -> bool:
+    """Whether a report that started the tasks ``started`` (ids now ``running``) made a
+    migration's next step due: one of them is the replacement of a migrating worker's
+    original, which may stop now (``policy.migration.replaced``), and the next wave follow.
+    The caller wakes the fleet monitor's upkeep (``activities.changes.wake_upkeep``) rather
+    than leave the step to its next tick (BENCHMARKS.md metrics 10a, 10b: about one heartbeat
+    interval of each wave)."""
+    return bool(started) and bool(await conn.fetchval(STARTED_REPLACEMENTS, started))
+
 
 @dataclass
 class MigrationStep:

@@ -11,6 +11,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import SEARCH_ATTRIBUTES as ATTRIBUTE_TYPES
+    from reaper.core.contract import fleet_monitor_id as fleet_monitor_id  # re-exported
     from reaper.core.contract import liveness_id
 
 WORKER_ATTR = SearchAttributeKey.for_keyword("ReaperWorker")
@@ -92,16 +93,6 @@ def should_continue_as_new() -> bool:
     """Whether this run's history is long enough to hand its state to a new run."""
     info = workflow.info()
     return info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_CAP
-
-
-FLEET_ID = "reaper-fleet"
-"""Workflow id of the fleet monitor of the default task queue."""
-
-
-def fleet_monitor_id(task_queue: str) -> str:
-    """Workflow id of the fleet monitor of the controllers on ``task_queue``: ``reaper-fleet``
-    for the default queue ``reaper``, ``reaper-fleet-{task_queue}`` for any other."""
-    return FLEET_ID if task_queue == "reaper" else f"{FLEET_ID}-{task_queue}"
 
 
 def collector_id(worker: str) -> str:

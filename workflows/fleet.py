@@ -7,11 +7,14 @@ upkeep: owed replacements placed on workers that became available (§5.1), stray
 lost or retired workers reaped; the workers that received work are told at once; and the
 change feed read: each worker whose rows changed is asked for a diff (activities/changes.py);
 and stuck livenesses repaired (activities/repair.py), concurrently with the checks, so a
-slow repair (replays of a long history) never delays owed work.
+slow repair (replays of a long history) never delays owed work. A migration's next step
+wakes it before the interval ends (signal ``upkeep``, at peer version 1.2).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -24,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from activities import ReaperActivities
     from activities.types import FleetView, RepairResult
     from reaper.core.models import Timings
+    from reaper.core.policy import rollout
     from workflows import front_door
     from workflows.common import (
         ACTIVITY_TIMEOUT,
@@ -86,15 +90,23 @@ class FleetMonitor:
         self.timings = front_door.start_input(Timings.model_validate, args)
         """The controller's timings; ``None`` if the start input did not parse (``run`` then
         reads the settings of the controller that runs it)."""
+        self.upkeep_due = False
+        """A migration's next step is due (signal ``upkeep``): check now, not at the tick."""
 
     @workflow.query(name="fleet")
     def fleet(self, *args: Any) -> FleetView | None:
         """The fleet's disruption state with its counts, as last read."""
         return self.view
 
+    @workflow.signal(name="upkeep")
+    def upkeep(self, *args: Any) -> None:
+        """Run the checks now (``activities.changes.wake_upkeep``, an internal name); any
+        arguments are ignored. A run of the 1.1 line's peers only notes it (:meth:`run`)."""
+        self.upkeep_due = True
+
     @workflow.signal(dynamic=True)
     def unknown_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """The monitor takes no signals: any is ignored, logged and counted."""
+        """Any other signal is ignored, logged and counted."""
         front_door.unknown_signal(name, len(args))
 
     @workflow.run
@@ -151,10 +163,29 @@ class FleetMonitor:
                 )
             # Metadata, not history: shown afresh at every check.
             workflow.set_current_details(fleet_details(view, timings, len(upkeep.placed)))
+            tick = timedelta(seconds=timings.heartbeat_interval)
+            if not rollout.uses(rollout.ROTATING_HOSTS, timings.peer_version):
+                if should_continue_as_new():  # 1.1's order: before the tick
+                    await self._continue_as_new(repair)
+                await workflow.sleep(tick, summary="next fleet check")
+                continue
+            # Woken early, the timer is cancelled; and a run continues as new only after it
+            # waited once, so a server that suggests it early (tests: 30 events) never makes
+            # the checks run back to back. Both are commands a 1.1 replica would not give.
+            with contextlib.suppress(asyncio.TimeoutError):  # the tick came
+                await workflow.wait_condition(
+                    lambda: self.upkeep_due, timeout=tick, timeout_summary="next fleet check"
+                )
+            self.upkeep_due = False
             if should_continue_as_new():
-                if repair is not None:
-                    await finish_repair(repair)  # its result is logged and counted by it
-                workflow.continue_as_new(timings)
-            await workflow.sleep(
-                timedelta(seconds=timings.heartbeat_interval), summary="next fleet check"
-            )
+                await self._continue_as_new(repair)
+
+    @staticmethod
+    async def _continue_as_new(repair: workflow.ActivityHandle[RepairResult] | None) -> None:
+        """Wait for the running repair (its result is logged and counted by it), then continue
+        as new with no input: the next run reads the settings of the controller that runs it
+        (as every release's monitor does without one), so a changed setting, such as
+        ``REAPER_PEER_VERSION``, reaches the monitor at its next run."""
+        if repair is not None:
+            await finish_repair(repair)
+        workflow.continue_as_new()

@@ -55,6 +55,16 @@ def liveness_id(worker: str) -> str:
     return f"{LIVENESS_PREFIX}{worker}"
 
 
+FLEET_ID = "reaper-fleet"
+"""Workflow id of the fleet monitor of the default task queue."""
+
+
+def fleet_monitor_id(task_queue: str) -> str:
+    """Workflow id of the fleet monitor of the controllers on ``task_queue``: ``reaper-fleet``
+    for the default queue ``reaper``, ``reaper-fleet-{task_queue}`` for any other."""
+    return FLEET_ID if task_queue == "reaper" else f"{FLEET_ID}-{task_queue}"
+
+
 WORKER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
 """A worker name: 1-253 characters of ``[A-Za-z0-9._:-]`` (CONTRACT.md section 2)."""
 

@@ -115,8 +115,10 @@ class SimAgent:
     last_sent: float | None = None
     """Wall-clock time (``time.time()``) at which its last beat was accepted."""
     accepted: list[tuple[float, int]] | None = None
-    """``(time.monotonic(), seq)`` of every beat the server accepted, when given a list
-    (``None``: not kept; a fleet of thousands beats for long)."""
+    """``(time.monotonic() when it was sent, seq)`` of every beat the server accepted, when
+    given a list (``None``: not kept; a fleet of thousands beats for long). The time it
+    left, not its answer's: on a loaded machine the answer reaches a busy caller seconds
+    after the controller had the beat (tests/e2e/test_outage.py's premise)."""
 
     def report(self) -> Mapping[str, list[str]] | None:
         """The complete lists to send now (``lists``; a subclass may compute them)."""
@@ -163,13 +165,15 @@ class SimAgent:
     ) -> None:
         """Send ``beats`` in order (to a baseline ``workflow`` if given, as
         :func:`send_heartbeat`); records the last one as accepted once all were."""
+        sent = time.monotonic()
         for payload in beats:
+            sent = time.monotonic()
             await send_heartbeat(
                 client, task_queue, payload, rpc_timeout=rpc_timeout, workflow=workflow
             )
         self.last_sent = time.time()
         if self.accepted is not None:
-            self.accepted.append((time.monotonic(), int(beats[-1]["seq"])))
+            self.accepted.append((sent, int(beats[-1]["seq"])))
 
     def apply(self, view: StateView) -> None:
         """Apply a ``state`` answer as the reference agent does: each id in ``assignments``

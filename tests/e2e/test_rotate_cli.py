@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from pathlib import Path
 
 import asyncpg
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.cli.agent import Agent
@@ -22,6 +23,7 @@ from tests.support.cli import run_cli
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
+from tests.support.releases import HISTORIES
 from tests.support.upgrade import sequence
 from workflows.common import fleet_monitor_id, liveness_id
 from workflows.fleet import FleetMonitor
@@ -34,7 +36,13 @@ def task_files(state_dir: Path) -> list[str]:
     return sorted(p.name for p in (state_dir / "tasks").iterdir())
 
 
-def agent(tmp_path: Path, client: Client, tq: str, worker: str) -> Agent:
+def agent(
+    tmp_path: Path,
+    client: Client,
+    tq: str,
+    worker: str,
+    interval: float = TIMINGS["heartbeat_interval"],
+) -> Agent:
     async def same_client() -> Client:
         return client
 
@@ -42,18 +50,24 @@ def agent(tmp_path: Path, client: Client, tq: str, worker: str) -> Agent:
         worker=worker,
         state_dir=tmp_path / worker,
         task_queue=tq,
-        interval=TIMINGS["heartbeat_interval"],
+        interval=interval,
         client_factory=same_client,
     )
 
 
+async def histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """The history of every run of ``workflow_id``."""
+    found = []
+    async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
+        found.append(await handle.fetch_history())
+    return found
+
+
 async def update_events(client: Client, worker: str) -> list[str]:
     """The update events of every run of ``worker``'s liveness."""
-    found = []
-    async for run in client.list_workflows(f"WorkflowId = '{liveness_id(worker)}'"):
-        handle = client.get_workflow_handle(liveness_id(worker), run_id=run.run_id)
-        found += [e for e in sequence(await handle.fetch_history()) if "UPDATE" in e]
-    return found
+    runs = await histories(client, liveness_id(worker))
+    return [e for h in runs for e in sequence(h) if "UPDATE" in e]
 
 
 async def test_drain_migrate_wait_moves_every_task_and_exits_when_drained(
@@ -140,6 +154,91 @@ async def test_drain_migrate_wait_moves_every_task_and_exits_when_drained(
             await eventually(
                 lambda: query_state(client, w), lambda s: s.drained, timeout=20, what="drained"
             )
+        finally:
+            stop.set()
+            await asyncio.gather(*agents, return_exceptions=True)
+            await client.get_workflow_handle(fleet_monitor_id(tq)).terminate("test over")
+
+
+async def test_a_migration_steps_on_its_reports_not_on_the_monitors_tick(
+    dev_env: WorkflowEnvironment, pool: asyncpg.Pool, db_url: str, tmp_path: Path
+) -> None:
+    """The controller's heartbeat interval, and so the fleet monitor's tick, is a minute
+    here while the agents beat every second, so every step after the monitor's first check
+    comes from a wake (``activities.changes.wake_upkeep``): the drain wakes it to place the
+    first wave, each replacement reported running wakes it to stop its original and place
+    the next (max_surge 1: two waves), and the last stop drains the worker, all well inside
+    the minute (no timer of the monitor fires). Without the wakes nothing moves before the
+    tick."""
+    client, tq = dev_env.client, f"tq-wake-{uuid.uuid4().hex[:8]}"
+    suffix = uuid.uuid4().hex[:6]
+    w, x, service = f"w-{suffix}", f"x-{suffix}", f"api-{suffix}"
+    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ($1, 2)", service)
+    for t in (f"{service}-1", f"{service}-2"):
+        await pool.execute(
+            "INSERT INTO reaper.tasks (id, service, worker, state) VALUES ($1, $2, $3, 'pending')",
+            t,
+            service,
+            w,
+        )
+    settings = make_settings(
+        heartbeat_interval=60.0,
+        stall_after=120,
+        lost_after=300,
+        missing_ttl=180,
+        resync_interval=60,
+    )
+    env = {"REAPER_TEMPORAL_ADDRESS": client.service_client.config.target_host}
+    stop = asyncio.Event()
+    async with controller(client, pool, settings, tq):
+        await client.start_workflow(
+            FleetMonitor.run, Timings.of(settings), id=fleet_monitor_id(tq), task_queue=tq
+        )
+        agents = [
+            asyncio.create_task(agent(tmp_path, client, tq, n, interval=1.0).run(stop))
+            for n in (w, x)
+        ]
+        try:
+            await eventually(  # w's agent runs both; x is placeable, as Postgres says
+                lambda: pool.fetch(
+                    "SELECT w.name, w.state, count(t.id) FILTER (WHERE t.state = 'running')"
+                    " FROM reaper.workers w LEFT JOIN reaper.tasks t ON t.worker = w.name"
+                    " WHERE w.name = ANY($1::text[]) GROUP BY w.name ORDER BY w.name",
+                    [w, x],
+                ),
+                lambda rows: [tuple(r) for r in rows] == [(w, "running", 2), (x, "running", 0)],
+                timeout=30,
+                what="w running both tasks, x running",
+            )
+            out = await run_cli(
+                "drain", w, "--reason", "rotate", "--migrate", "--deadline", "10m", env=env
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            drained_at = await eventually(
+                lambda: pool.fetchval("SELECT drained_at FROM reaper.workers WHERE name=$1", w),
+                lambda at: at is not None,
+                timeout=40,  # inside the monitor's first tick: a minute after its start
+                what="w drained by wakes alone",
+            )
+            rows = await pool.fetch(
+                "SELECT worker, state, stop_reason FROM reaper.tasks WHERE service = $1"
+                " ORDER BY created_at, id",
+                service,
+            )
+            assert [tuple(r) for r in rows] == [
+                (w, "stopped", "drained"),
+                (w, "stopped", "drained"),
+                (x, "running", None),
+                (x, "running", None),
+            ], rows
+            runs = await histories(client, fleet_monitor_id(tq))  # it continues as new often
+            fired = [e for h in runs for e in sequence(h) if e.startswith("TIMER_FIRED")]
+            assert fired == [], (fired, drained_at)  # no tick came: the wakes did it all
+            woken = [sequence(h).count("WORKFLOW_EXECUTION_SIGNALED:upkeep") for h in runs]
+            assert sum(woken) >= 3, woken  # the drain, and each wave's replacement running
+            if os.environ.get("REAPER_RECORD_HISTORIES") == "1":  # tests/workflows/test_replay
+                richest = runs[woken.index(max(woken))]
+                (HISTORIES / "fleet-woken.json").write_text(richest.to_json())
         finally:
             stop.set()
             await asyncio.gather(*agents, return_exceptions=True)

@@ -135,6 +135,7 @@ RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
         "reap",
         "reap-in-task-loss",
         "fleet",
+        "fleet-woken",
         *RELEASES,
     ],
 )

@@ -34,7 +34,9 @@ ROTATING_HOSTS = "rotating-hosts"
 a drained worker shows ``drained`` in the ``state`` query and ``ReaperState``, and
 ``force_reap``, ``drain``, ``undrain`` and ``retire`` are Temporal Updates that answer. A
 liveness of the 1.1 line has no update handlers and never shows ``drained``: a history with
-an accepted update or a ``drained`` upsert would not replay on it."""
+an accepted update or a ``drained`` upsert would not replay on it. The fleet monitor of a
+run at this line may be woken early (signal ``upkeep``: a cancelled timer) and continues as
+new only after a wait, where 1.1's never is and does so before it."""
 
 COMMAND_CHANGES: dict[str, str] = {ROTATING_HOSTS: "1.2"}
 """Each change that a controller of an older line could not serve beside (a workflow's
