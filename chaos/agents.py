@@ -138,8 +138,12 @@ class Agents(SimFleet):
         self.agents[name].held[kind].discard(handle)
 
     def silence(self, name: str, seconds: float | None) -> None:
-        """Send nothing for ``seconds`` (``None``: until woken: the host is dead)."""
+        """Send nothing for ``seconds`` (``None``: until woken: the host is dead). A retired
+        or dead host stays as it is: a silence that ends would wake its old boot, and such a
+        host comes back only by :meth:`rejoin`, as a new boot (CONTRACT.md §5.1)."""
         a = self.agents[name]
+        if seconds is not None and a.mode in ("retired", "dead"):
+            return
         now = time.time()
         a.set_mode("silent" if seconds is not None else "dead")
         a.silent_until = now + seconds if seconds is not None else None

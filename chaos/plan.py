@@ -79,6 +79,9 @@ class Fleet:
     retired_seen: set[str] = field(default_factory=set)
     """Workers Postgres shows ``retired``: only those rejoin (a retire still in flight
     when the host comes back retires the new boot; see docs/chaos.md, the findings)."""
+    gone: set[str] = field(default_factory=set)
+    """Hosts retired or killed by this round's plan so far (:func:`plan_round` moves them
+    to ``modes`` ``retired`` or ``dead`` as it plans): nothing else of the round names them."""
 
     def names(self, *modes: str) -> list[str]:
         return sorted(n for n, m in self.modes.items() if m in modes)
@@ -98,6 +101,7 @@ def plan_round(rng: random.Random, fleet: Fleet) -> list[Action]:
         a = _agent_action(what, pick, extra, fleet)
         if a is not None:
             actions.append(a)
+            _gone(a, fleet)
     if rng.random() < SCHEDULER_CHANCE:
         what = rng.choices(list(SCHEDULER_ACTIONS), list(SCHEDULER_ACTIONS.values()))[0]
         pick, extra = rng.random(), rng.random()
@@ -111,6 +115,18 @@ def plan_round(rng: random.Random, fleet: Fleet) -> list[Action]:
         if a is not None:
             actions.append(a)
     return actions
+
+
+def _gone(action: Action, fleet: Fleet) -> None:
+    """A host retired or dead in this round takes no further action in it: a later
+    ``silence`` (or ``partition``) of it would wake its old boot when it ends, and a retired
+    host comes back only as a new boot (CONTRACT.md §5.1; ``rejoin``). Seed 31 at 1.1,
+    round 66: "retire w1; silence w1 13.5" woke the retired boot, whose beats reaper
+    rightly ignored, and the settle check reported "w1 beats but is retired"."""
+    if action.what in ("retire", "die"):
+        name = str(action.args[0])
+        fleet.modes[name] = "retired" if action.what == "retire" else "dead"
+        fleet.gone.add(name)
 
 
 def _choose(items: list[str], pick: float) -> str | None:
@@ -133,7 +149,7 @@ def _agent_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action 
         if what == "rejoin":
             pool = [n for n in fleet.names("retired") if n in fleet.retired_seen]
         else:
-            pool = fleet.names("dead")
+            pool = [n for n in fleet.names("dead") if n not in fleet.gone]
         name = _choose(pool, pick)
         return Action("rejoin", (name,)) if name else None
     name = _choose(active, pick)

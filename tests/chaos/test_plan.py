@@ -1,0 +1,124 @@
+"""The campaign's planner and its agents: a host retired (or dead) in a round takes no
+further action in that round, and a retired host comes back only as a new boot (CONTRACT.md
+§5.1). Seed 31 at ``--peer-version 1.1``, 100 rounds: round 66 was "retire w1; silence w1
+13.5"; the silence's end woke the retired boot, reaper rightly ignored its beats, and the
+settle check reported "w1 beats but is retired". Reproduced on 2026-12-07 before the fix
+(which host a round names follows the live fleet): round 66 "retire w2; silence w2 13.5",
+then "w2 beats but is retired"."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from chaos.agents import Agents
+from chaos.ledger import Ledger
+from chaos.plan import AGENT_ACTIONS, Action, Fleet, plan_round
+from chaos.settings import LOST_AFTER_S
+
+
+class Scripted:
+    """A stand-in for ``random.Random`` that returns the draws it is given, in order:
+    ``choices`` the chosen value itself, ``random`` a float."""
+
+    def __init__(self, *draws: Any) -> None:
+        self.draws = list(draws)
+
+    def choices(self, population: list[Any], weights: list[float]) -> list[Any]:
+        value = self.draws.pop(0)
+        assert value in population, (value, population)
+        return [value]
+
+    def random(self) -> float:
+        value = self.draws.pop(0)
+        assert isinstance(value, float), value
+        return value
+
+
+def fleet_of(n: int) -> Fleet:
+    names = [f"w{i}" for i in range(n)]
+    return Fleet(
+        modes=dict.fromkeys(names, "active"),
+        held={w: {"containers": [f"c-{w}"], "volumes": [], "tasks": [f"t-{w}"]} for w in names},
+        draining=set(),
+        busy=set(),
+        replicas_alive=[True, True],
+    )
+
+
+SILENCE_13_5 = (13.5 - 1.0) / (LOST_AFTER_S + 8 - 1.0)
+"""The ``extra`` draw of a silence of 13.5 s (``plan._agent_action``)."""
+
+
+@pytest.mark.parametrize("first", ["retire", "die"])
+def test_a_host_retired_or_dead_in_a_round_is_not_silenced_after_it(first: str) -> None:
+    """Round 66's draws: two agent actions, the first on w1, the second a silence drawn
+    on the same position of the active agents: it falls on another agent now."""
+    rng = Scripted(2, first, 0.2, 0.0, "silence", 0.2, SILENCE_13_5, 0.99, 0.99)
+    actions = plan_round(rng, fleet_of(6))  # type: ignore[arg-type]
+    assert [str(a) for a in actions] == [f"{first} w1", "silence w2 13.5"]
+    assert rng.draws == []  # the same draws as before: the rounds after stay aligned
+
+
+def names_in(action: Action) -> set[str]:
+    out: set[str] = set()
+    for arg in action.args:
+        if isinstance(arg, str):
+            out.add(arg)
+        elif isinstance(arg, tuple):
+            out |= {a for a in arg if isinstance(a, str)}
+    return out
+
+
+def test_no_round_names_a_host_after_retiring_or_killing_it() -> None:
+    """Over many seeds' rounds: once an action retires or kills a host, no later action of
+    the round (a silence, a partition, a drop, a drain) names it."""
+    assert {"retire", "die", "silence", "partition"} <= set(AGENT_ACTIONS)
+    gone_then_named = []
+    for seed in range(300):
+        rng = random.Random(seed)
+        for _ in range(20):
+            fleet = fleet_of(8)
+            gone: set[str] = set()
+            for a in plan_round(rng, fleet):
+                if names_in(a) & gone:
+                    gone_then_named.append((seed, str(a), sorted(gone)))
+                if a.what in ("retire", "die"):
+                    gone.add(str(a.args[0]))
+    assert gone_then_named == []
+
+
+class Handle:
+    async def signal(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class Client:
+    """Accepts every signal (a retire is delivered at once)."""
+
+    def get_workflow_handle(self, workflow_id: str) -> Handle:
+        return Handle()
+
+
+async def test_a_retired_or_dead_host_is_not_woken_by_a_silence() -> None:
+    """The runner's guard, should a plan ever ask it: a silence of a retired or dead host
+    changes nothing, so no silence's end wakes its old boot; ``rejoin`` brings it back as a
+    new boot."""
+    agents = Agents(Client(), "tq", Ledger())  # type: ignore[arg-type]
+    try:
+        for name in ("w1", "w2"):
+            agents.join(name)
+        retired_boot = agents.agents["w1"].boot
+        agents.retire("w1")
+        agents.silence("w2", None)  # dies
+        for name in ("w1", "w2"):
+            agents.silence(name, 0.0)  # a silence that has ended already
+        agents.before_round()  # wakes silent agents whose silence is over
+        assert agents.agents["w1"].mode == "retired" and not agents.agents["w1"].beating
+        assert agents.agents["w2"].mode == "dead" and not agents.agents["w2"].beating
+        agents.rejoin("w1")
+        assert agents.agents["w1"].beating and agents.agents["w1"].boot != retired_boot
+    finally:
+        await agents.close()
