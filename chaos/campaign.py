@@ -24,7 +24,7 @@ from typing import Any
 from chaos import histories, rules, settle
 from chaos.actions import Runner
 from chaos.agents import Agents
-from chaos.checker import Checker
+from chaos.checker import MIGRATION, Checker
 from chaos.faults import Faults
 from chaos.ledger import Ledger
 from chaos.observe import Observations, observe
@@ -41,6 +41,7 @@ from chaos.settings import (
 )
 from chaos.stack import Stack
 from reaper.core import kinds
+from reaper.core.policy import rollout
 
 SETUP_TIMEOUT_S = 120.0
 """How long the stack and the first agents may take to come up (two busy cores)."""
@@ -133,8 +134,10 @@ class Campaign:
         return bool(n == AGENTS_AT_START)
 
     async def play(self) -> None:
+        rotations = rollout.uses(rollout.ROTATING_HOSTS, self.peer_version)
         for r in range(1, self.rounds + 1):
             self.restart_exited()
+            done = self.runner.follow_ups()
             fleet = Fleet(
                 modes={n: a.mode for n, a in self.agents.agents.items()},
                 held={
@@ -151,13 +154,14 @@ class Campaign:
                 retired_seen={
                     w for w, seen in self.obs.workers.items() if seen[-1].value[0] == "retired"
                 },
+                rotations=rotations,
             )
             actions = plan_round(self.rng, fleet)
             duration = self.rng.uniform(*ROUND_S)
             for a in actions:
                 self.runner.run(a)
             self.runner._spawn(self.scheduler.complete_pending())
-            self.say(f"round {r}: {'; '.join(map(str, actions)) or '-'}")
+            self.say(f"round {r}: {'; '.join(map(str, [*done, *actions])) or '-'}")
             await asyncio.sleep(duration)
 
     def restart_exited(self) -> None:
@@ -187,6 +191,7 @@ class Campaign:
     async def quiet(self) -> None:
         self.say("faults end; silent agents wake; drained agents undrain")
         await self.faults.end_all()
+        self.runner.pending.clear()  # no rotation's follow-up after the faults end
         self.restart_exited()
         for name, a in self.agents.agents.items():
             if a.mode == "silent":
@@ -258,7 +263,9 @@ class Campaign:
     def summary(self) -> int:
         events = list(self.obs.events.values())
         destroys = Counter(
-            e.reason.split(":")[0] for e in events if e.action in ("destroyed", "stopped")
+            e.reason.split(":")[0]
+            for e in events
+            if e.action in ("destroyed", "stopped") and not e.reason.startswith(MIGRATION)
         )
         reaps = Counter(
             e.reason.split(":")[0].split(" for")[0] for e in events if e.action == "lost"
@@ -268,6 +275,8 @@ class Campaign:
         scan = getattr(self, "scan", None)
         self.say(f"done: {counts}")
         self.say(f"destroys by reason {dict(destroys)}; reaps by reason {dict(reaps)}")
+        if rollout.uses(rollout.ROTATING_HOSTS, self.peer_version):
+            self.say(rotations(self.ledger.counts, events))
         if scan is not None:
             self.say(
                 f"histories: {scan.runs} runs read; task failures of the server's own "
@@ -288,6 +297,23 @@ class Campaign:
             flush=True,
         )
         return 1 if v else 0
+
+
+def rotations(counts: dict[str, int], events: list[Any]) -> str:
+    """The summary line of the host rotations (CONTRACT.md §6): what the campaign asked,
+    and what the ``events`` rows say was done."""
+    asked = {k: n for k, n in sorted(counts.items()) if k.startswith("rotate")}
+    stops = Counter(
+        e.reason.split(":")[0]
+        for e in events
+        if e.action == "stopped" and e.reason.startswith(MIGRATION)
+    )
+    placed = sum(1 for e in events if e.action == "replaced" and e.reason.startswith("migrate"))
+    drained = sum(1 for e in events if e.action == "drained")
+    return (
+        f"rotations: {counts.get('rotate', 0)} ({asked}); {placed} replacements placed by "
+        f"migration, originals stopped {dict(stops)}, {drained} workers drained"
+    )
 
 
 async def _until(check: Any, what: str) -> None:

@@ -6,6 +6,7 @@ once more is known changes nothing.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -23,8 +24,12 @@ from chaos.settings import (
     STALL_AFTER_S,
 )
 from reaper.core import kinds
+from reaper.core.policy import migration
 from reaper.core.policy.collection import destroy_after
 
+MIGRATION = (migration.DRAINED, migration.DEADLINE, migration.UNDRAINED)
+"""The ``stop_reason`` words of a migration's stops (CONTRACT.md §6.1), which its ``stopped``
+events' reasons start with."""
 KIND = {k.word: k.report for k in kinds.ALL}
 """``events.kind`` -> report kind (``reaper.core.kinds``)."""
 TOL = CLOCK_TOL_S
@@ -78,6 +83,9 @@ class Checker:
         if e.reason.startswith("retired"):
             self.retired_by_signal(e, what)
             return
+        if e.kind == "task" and e.action == "stopped" and e.reason.startswith(MIGRATION):
+            self.migration_stop(e, what)
+            return
         if e.reason != "missing":
             self.add(Violation("unexpected destroy", what, f"reason {e.reason!r}", e.at))
             return
@@ -107,6 +115,65 @@ class Checker:
                 )
             )
         self.full(e, what, "destroyed")
+
+    def migration_stop(self, e: Event, what: str) -> None:
+        """§6.1: an original stops (``drained``) only once its replacement runs; a task stops
+        at a drain's deadline (``drain-deadline``) only once a rotation's deadline has come,
+        and not in full disruption (rule 6); a replacement stops ``undrained`` only after an
+        ``undrain`` of the drained worker."""
+        word = e.reason.split(":")[0]
+        if word == migration.DRAINED:
+            m = re.search(r"its replacement (\S+) runs", e.reason)
+            replacement = m.group(1) if m else ""
+            placed = self.obs.tasks.get(replacement)
+            on = placed[1] if placed is not None else None
+            beats = (
+                self.ledger.beats.get(on, [])
+                if on is not None
+                else [b for bs in self.ledger.beats.values() for b in bs]
+            )
+            if rules.reported_by(beats, replacement, e.at, TOL) is None:
+                self.add(
+                    Violation(
+                        "§6.1: original stopped before its replacement ran",
+                        what,
+                        f"stopped at {stamp(e.at)} ({e.reason}); no beat of "
+                        f"{on or 'any agent'} sent by then reported {replacement or '?'}",
+                        e.at,
+                    )
+                )
+        elif word == migration.DEADLINE:
+            w = e.worker or ""
+            rotations = self.ledger.sent(w, "rotate")
+            if not rules.deadline_came(e.at, rotations, TOL):
+                first = min((c.sent + (c.deadline or 0.0) for c in rotations), default=None)
+                self.add(
+                    Violation(
+                        "§6.1: stopped at a drain deadline that had not come",
+                        what,
+                        f"stopped at {stamp(e.at)}; "
+                        + (
+                            f"the earliest deadline of a rotation of {w} was {stamp(first)}"
+                            if first is not None
+                            else f"no rotation of {w} was sent"
+                        ),
+                        e.at,
+                    )
+                )
+            self.full(e, what, "stopped at a drain's deadline")
+        elif word == migration.UNDRAINED:
+            m = re.search(r"the drain of (\S+) ended", e.reason)
+            w = m.group(1) if m else ""
+            if not rules.sent_by(e.at, self.ledger.sent(w, "undrain"), TOL):
+                self.add(
+                    Violation(
+                        "§6.1: replacement stopped as undrained without an undrain",
+                        what,
+                        f"stopped at {stamp(e.at)} ({e.reason}); no undrain of {w or '?'} "
+                        "was sent by then",
+                        e.at,
+                    )
+                )
 
     def _held(self, worker: str, kind: str, handle: str, before: float) -> float | None:
         return rules.last_holding(self.ledger.beats.get(worker, []), kind, handle, before)
@@ -256,16 +323,10 @@ class Checker:
         """§5.1: never above ``desired_count``; not below it (nor work owed) for longer than
         the bound while a placeable worker exists and no fault disturbs the controller."""
         obs = self.obs
-        for name, (desired, active) in obs.services.items():
-            if active > desired:
-                self.add(
-                    Violation(
-                        "§5.1: service above desired_count",
-                        f"service {name}",
-                        f"{active} active tasks, desired_count {desired}",
-                        obs.services_at,
-                    )
-                )
+        for name, (desired, surge, active, migrating) in obs.services.items():
+            broken = rules.above_count(desired, surge, active, migrating)
+            if broken is not None:
+                self.add(Violation(broken[0], f"service {name}", broken[1], obs.services_at))
         capacity = any(
             seen[-1].value[0] == "running" and not obs.draining.get(w, False)
             for w, seen in obs.workers.items()
@@ -275,7 +336,7 @@ class Checker:
             self.capacity_since = None
         elif self.capacity_since is None:
             self.capacity_since = now
-        short = {n for n, (d, a) in obs.services.items() if a < d}
+        short = {n for n, (d, _, a, _) in obs.services.items() if a < d}
         short |= {
             f"owed task {t}" for t, (_, w, s) in obs.tasks.items() if s == "pending" and w is None
         }

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from chaos.faults import LOCKABLE, ROW_LOCKS
 from chaos.settings import AGENTS_MAX, LOST_AFTER_S, MISSING_TTL_S, STALL_AFTER_S
 from reaper.core.contract import KINDS
+
+T = TypeVar("T")
 
 AGENT_ACTIONS = {
     "drop": 10,
@@ -48,6 +51,22 @@ FAULT_CHANCE = 0.6
 """Chance that a round starts a fault."""
 SCHEDULER_CHANCE = 0.6
 """Chance that a round has a scheduler insert."""
+ROTATE_CHANCE = 0.2
+"""At peer version 1.2 (CONTRACT.md §6, ``Fleet.rotations``): chance that a round starts a
+host rotation. Drawn after the round's fault, and only then: a 1.1 campaign draws as
+before."""
+ROTATE_DEADLINES = ((0.25, (2.0, 6.0)), (0.5, (6.0, 20.0)), (1.0, (30.0, 90.0)))
+"""A rotation's deadline, seconds: ``(below, (low, high))``: a draw below ``below`` (and
+above the band before) gives a deadline in ``[low, high)``. The first band fires before the
+first wave can run (every original stopped at the deadline and backfilled; 2 s is the least
+``2 x HEARTBEAT_INTERVAL`` allows), the second often in mid-migration, the third seldom
+(the host drains first, faults permitting)."""
+ROTATE_THEN = ((0.3, "undrain"), (0.65, "retire"), (1.0, ""))
+"""What follows a rotation, by a draw as above: ``undrain`` ``UNDRAIN_AFTER_S`` later (in
+mid-migration or after it), ``retire`` once its agent reads ``drained`` (an autoscaler
+terminating the host, then retiring it), or nothing (it stays drained until the quiet
+period undrains it)."""
+UNDRAIN_AFTER_S = (1.0, 10.0)
 MAX_DEAD = 2
 """Agents dead at once at most: with six or more agents, dead ones alone never reach the
 disruption threshold, so the final state can be checked with reaps allowed."""
@@ -79,6 +98,8 @@ class Fleet:
     retired_seen: set[str] = field(default_factory=set)
     """Workers Postgres shows ``retired``: only those rejoin (a retire still in flight
     when the host comes back retires the new boot; see docs/chaos.md, the findings)."""
+    rotations: bool = False
+    """Whether rounds rotate hosts: peer version 1.2, whose ``drain`` migrates (§6.1)."""
     gone: set[str] = field(default_factory=set)
     """Hosts retired or killed by this round's plan so far (:func:`plan_round` moves them
     to ``modes`` ``retired`` or ``dead`` as it plans): nothing else of the round names them."""
@@ -114,7 +135,40 @@ def plan_round(rng: random.Random, fleet: Fleet) -> list[Action]:
         a = _fault(what, pick, extra, fleet)
         if a is not None:
             actions.append(a)
+    if fleet.rotations and rng.random() < ROTATE_CHANCE:
+        pick, extra, then = rng.random(), rng.random(), rng.random()
+        a = _rotate(pick, extra, then, fleet)
+        if a is not None:
+            actions.append(a)
     return actions
+
+
+def _band(draw: float, bands: tuple[tuple[float, T], ...]) -> tuple[T, float]:
+    """The band ``draw`` (in ``[0, 1)``) falls in, and where in it (in ``[0, 1)``)."""
+    edge = 0.0
+    for below, value in bands:
+        if draw < below:
+            return value, (draw - edge) / (below - edge)
+        edge = below
+    return bands[-1][1], 0.0
+
+
+def _rotate(pick: float, extra: float, then: float, fleet: Fleet) -> Action | None:
+    """A host rotation (CONTRACT.md §6.1): an active host that holds tasks and does not
+    drain is drained with ``migrate`` and a deadline drawn from ``ROTATE_DEADLINES``; what
+    follows is drawn from ``ROTATE_THEN``: ``rotate NAME DEADLINE [undrain AFTER | retire]``
+    (``chaos.actions.Runner`` carries out the follow-up)."""
+    pool = [n for n in fleet.names("active") if fleet.held[n]["tasks"] and n not in fleet.draining]
+    name = _choose(pool, pick)
+    if name is None:
+        return None
+    (low, high), at = _band(extra, ROTATE_DEADLINES)
+    deadline = round(low + at * (high - low), 1)
+    follow, at = _band(then, ROTATE_THEN)
+    if follow == "undrain":
+        lo, hi = UNDRAIN_AFTER_S
+        return Action("rotate", (name, deadline, "undrain", round(lo + at * (hi - lo), 1)))
+    return Action("rotate", (name, deadline, *([follow] if follow else [])))
 
 
 def _gone(action: Action, fleet: Fleet) -> None:
@@ -188,7 +242,10 @@ def _agent_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action 
 
 def _scheduler_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action | None:
     if what == "service":
-        return Action("service", (fleet.fresh("svc"), 1 + int(extra * 4)))
+        # With rotations, a service's max_surge (1-3) comes from the draw a service does
+        # not otherwise use, so the rounds draw as at 1.1.
+        surge = (1 + int(pick * 3),) if fleet.rotations else ()
+        return Action("service", (fleet.fresh("svc"), 1 + int(extra * 4), *surge))
     name = _choose(fleet.names("active"), pick)
     if name is None:
         return None

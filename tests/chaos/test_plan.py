@@ -8,8 +8,9 @@ then "w2 beats but is retired"."""
 
 from __future__ import annotations
 
+import asyncio
 import random
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -122,3 +123,98 @@ async def test_a_retired_or_dead_host_is_not_woken_by_a_silence() -> None:
         assert agents.agents["w1"].beating and agents.agents["w1"].boot != retired_boot
     finally:
         await agents.close()
+
+
+# ---- host rotations (CONTRACT.md §6) --------------------------------------------------
+
+
+def test_rotations_come_only_at_1_2_and_after_the_rounds_other_draws() -> None:
+    """With rotations off (peer version 1.1) no round rotates and services carry no
+    max_surge; with them on, each round's other actions are what they would have been
+    (the rotation is drawn last), and a rotation names an active host that holds tasks and
+    does not drain."""
+
+    def fleet(rotations: bool) -> Fleet:
+        f = fleet_of(8)
+        f.held["w0"]["tasks"] = []  # holds no task: never rotated
+        f.draining = {"w1"}  # drains already: never rotated
+        f.rotations = rotations
+        return f
+
+    rotated = []
+    for seed in range(200):
+        off, on = random.Random(seed), random.Random(seed)
+        before = [str(a) for a in plan_round(off, fleet(False))]
+        assert not [a for a in before if a.startswith("rotate")]
+        assert all(len(a.split()) == 3 for a in before if a.startswith("service"))
+        after = plan_round(on, fleet(True))
+        others = [str(a) for a in after if a.what not in ("rotate", "service")]
+        assert others == [a for a in before if not a.startswith("service")]
+        rotated += [a for a in after if a.what == "rotate"]
+    assert rotated, "no rotation in 200 rounds"
+    assert {str(a.args[0]) for a in rotated} <= {f"w{i}" for i in range(2, 8)}
+    deadlines = [float(a.args[1]) for a in rotated]  # type: ignore[arg-type]
+    assert min(deadlines) >= 2.0 and max(deadlines) < 90.0
+    assert any(d < 6.0 for d in deadlines) and any(d >= 30.0 for d in deadlines)
+    follow = {a.args[2] if len(a.args) > 2 else "" for a in rotated}
+    assert follow == {"undrain", "retire", ""}
+
+
+class Updates(Handle):
+    """A liveness that answers every update as a migrating drain; ``asked`` keeps them."""
+
+    asked: ClassVar[list[tuple[Any, ...]]] = []
+
+    async def execute_update(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.asked.append(args)
+        return {"accepted": True, "migrating": True}
+
+
+class UpdatingClient(Client):
+    def get_workflow_handle(self, workflow_id: str) -> Updates:
+        return Updates()
+
+
+@pytest.fixture
+async def runner() -> Any:
+    from chaos.actions import Runner
+
+    agents = Agents(UpdatingClient(), "tq", Ledger())  # type: ignore[arg-type]
+    for i in range(6):
+        agents.join(f"w{i}")
+    yield Runner(agents, None, None, agents.ledger)  # type: ignore[arg-type]
+    await agents.close()
+
+
+async def test_a_rotation_retires_its_host_once_drained(runner: Any) -> None:
+    runner.run(Action("rotate", ("w1", 30.0, "retire")))
+    a = runner.agents.agents["w1"]
+    assert a.draining and not a.drained
+    assert runner.follow_ups() == []  # not drained yet: the follow-up waits
+    await asyncio.wait_for(runner.agents.commanding["w1"], 5)  # the update was answered
+    update, payload = Updates.asked[-1]
+    assert update == "drain" and payload["migrate"] is True and payload["deadline"] == "30000ms"
+    assert runner.agents.ledger.counts["rotate migrating"] == 1
+    a.drained = True  # its agent's state read says drained (§6.2)
+    assert [str(x) for x in runner.follow_ups()] == ["rotate-retire w1"]
+    assert a.mode == "retired" and runner.agents.ledger.retires["w1"]
+    assert runner.pending == []
+
+
+async def test_a_rotation_undrains_when_due_and_drops_what_was_overtaken(runner: Any) -> None:
+    runner.run(Action("rotate", ("w1", 30.0, "undrain", 0.0)))
+    runner.run(Action("rotate", ("w2", 30.0, "retire")))
+    runner.agents.reboot("w2", wiped=False)  # a new boot: not the host that was rotated
+    assert [str(x) for x in runner.follow_ups()] == ["rotate-undrain w1"]
+    assert not runner.agents.agents["w1"].draining
+    assert runner.pending == []  # w2's retire dropped with its boot
+    assert runner.agents.ledger.counts["rotate retire dropped"] == 1
+
+
+async def test_a_follow_up_retires_only_while_the_fleet_keeps_capacity(runner: Any) -> None:
+    runner.run(Action("rotate", ("w1", 30.0, "retire")))
+    runner.agents.agents["w1"].drained = True
+    runner.agents.retire("w4")
+    runner.agents.retire("w5")  # four agents beat, w1 among them
+    assert runner.follow_ups() == []
+    assert runner.pending  # kept until another host joins or its time runs out
