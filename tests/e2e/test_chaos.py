@@ -21,11 +21,15 @@ from tests.support.paths import ROOT
 SEED, ROUNDS = 8, 18
 """The plan follows from the seed: these 18 rounds lock two tables, SIGKILL both replicas
 and each alone, stop Postgres cleanly and by a crash, terminate the controllers' sessions,
-silence agents (one dies: lost and reaped) and drop, flap and add handles."""
+silence agents (one dies: lost and reaped) and drop, flap and add handles. At peer version
+1.2 they also rotate a host (round 13: a drain with migrate, a 16.2 s deadline, an undrain
+3.8 s later); at 1.1, whose drain does not migrate, no round rotates."""
 TIMEOUT_S = 200
 """The campaign takes about a minute here; this is headroom for a loaded machine (setup
 and quiet period are bounded inside it: 120 s and SETTLE_BOUND_S), and with the minute
 its SIGTERM may take, stays under pytest's 300 s timeout."""
+ROTATIONS = re.compile(r"^\[ *[\d.]+s\] rotations: (?P<n>\d+) ", re.MULTILINE)
+"""The summary's line of host rotations (peer version 1.2 only)."""
 LAST = re.compile(
     r"^chaos: (?P<r>\d+) rounds, (?P<k>\d+) kills, (?P<d>\d+) destroys, "
     r"(?P<p>\d+) reaps, (?P<v>\d+) violations$"
@@ -65,4 +69,9 @@ def test_a_short_chaos_campaign_breaks_no_rule(peer_version: str) -> None:
     assert m is not None, f"unexpected last line {last!r}:\n{out[-6000:]}"
     assert int(m["v"]) == 0 and proc.returncode == 0, out[-8000:]
     assert int(m["r"]) == ROUNDS and int(m["k"]) > 0, last
+    rotations = ROTATIONS.search(out)
+    if peer_version == "1.1":
+        assert rotations is None, rotations
+    else:
+        assert rotations is not None and int(rotations["n"]) > 0, out[-3000:]
     print(f"\n{last}")
