@@ -155,6 +155,7 @@ class Campaign:
                     w for w, seen in self.obs.workers.items() if seen[-1].value[0] == "retired"
                 },
                 rotations=rotations,
+                running=Counter(w for _, w, st in self.obs.tasks.values() if st == "running" and w),
             )
             actions = plan_round(self.rng, fleet)
             duration = self.rng.uniform(*ROUND_S)

@@ -51,7 +51,7 @@ FAULT_CHANCE = 0.6
 """Chance that a round starts a fault."""
 SCHEDULER_CHANCE = 0.6
 """Chance that a round has a scheduler insert."""
-ROTATE_CHANCE = 0.2
+ROTATE_CHANCE = 0.3
 """At peer version 1.2 (CONTRACT.md §6, ``Fleet.rotations``): chance that a round starts a
 host rotation. Drawn after the round's fault, and only then: a 1.1 campaign draws as
 before."""
@@ -100,6 +100,9 @@ class Fleet:
     when the host comes back retires the new boot; see docs/chaos.md, the findings)."""
     rotations: bool = False
     """Whether rounds rotate hosts: peer version 1.2, whose ``drain`` migrates (§6.1)."""
+    running: dict[str, int] = field(default_factory=dict)
+    """Per worker, its tasks Postgres showed ``running`` at the checker's latest read (what a
+    migration moves; an agent may hold a task before its report made it run)."""
     gone: set[str] = field(default_factory=set)
     """Hosts retired or killed by this round's plan so far (:func:`plan_round` moves them
     to ``modes`` ``retired`` or ``dead`` as it plans): nothing else of the round names them."""
@@ -154,11 +157,16 @@ def _band(draw: float, bands: tuple[tuple[float, T], ...]) -> tuple[T, float]:
 
 
 def _rotate(pick: float, extra: float, then: float, fleet: Fleet) -> Action | None:
-    """A host rotation (CONTRACT.md §6.1): an active host that holds tasks and does not
-    drain is drained with ``migrate`` and a deadline drawn from ``ROTATE_DEADLINES``; what
-    follows is drawn from ``ROTATE_THEN``: ``rotate NAME DEADLINE [undrain AFTER | retire]``
-    (``chaos.actions.Runner`` carries out the follow-up)."""
-    pool = [n for n in fleet.names("active") if fleet.held[n]["tasks"] and n not in fleet.draining]
+    """A host rotation (CONTRACT.md §6.1): an active host that runs tasks (Postgres says so,
+    or its agent holds them) and does not drain is drained with ``migrate`` and a deadline
+    drawn from ``ROTATE_DEADLINES``; what follows is drawn from ``ROTATE_THEN``: ``rotate
+    NAME DEADLINE [undrain AFTER | retire]`` (``chaos.actions.Runner`` carries out the
+    follow-up)."""
+    pool = [
+        n
+        for n in fleet.names("active")
+        if (fleet.running.get(n, 0) or fleet.held[n]["tasks"]) and n not in fleet.draining
+    ]
     name = _choose(pool, pick)
     if name is None:
         return None

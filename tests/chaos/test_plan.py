@@ -131,12 +131,14 @@ async def test_a_retired_or_dead_host_is_not_woken_by_a_silence() -> None:
 def test_rotations_come_only_at_1_2_and_after_the_rounds_other_draws() -> None:
     """With rotations off (peer version 1.1) no round rotates and services carry no
     max_surge; with them on, each round's other actions are what they would have been
-    (the rotation is drawn last), and a rotation names an active host that holds tasks and
-    does not drain."""
+    (the rotation is drawn last), and a rotation names an active host that runs tasks (its
+    agent holds them, or Postgres shows them running) and does not drain."""
 
     def fleet(rotations: bool) -> Fleet:
         f = fleet_of(8)
-        f.held["w0"]["tasks"] = []  # holds no task: never rotated
+        f.held["w0"]["tasks"] = []  # runs no task: never rotated
+        f.held["w7"]["tasks"] = []  # its agent holds none, but Postgres shows two running
+        f.running = {"w7": 2, "w1": 1}
         f.draining = {"w1"}  # drains already: never rotated
         f.rotations = rotations
         return f
@@ -152,7 +154,7 @@ def test_rotations_come_only_at_1_2_and_after_the_rounds_other_draws() -> None:
         assert others == [a for a in before if not a.startswith("service")]
         rotated += [a for a in after if a.what == "rotate"]
     assert rotated, "no rotation in 200 rounds"
-    assert {str(a.args[0]) for a in rotated} <= {f"w{i}" for i in range(2, 8)}
+    assert {str(a.args[0]) for a in rotated} == {f"w{i}" for i in range(2, 8)}
     deadlines = [float(a.args[1]) for a in rotated]  # type: ignore[arg-type]
     assert min(deadlines) >= 2.0 and max(deadlines) < 90.0
     assert any(d < 6.0 for d in deadlines) and any(d >= 30.0 for d in deadlines)

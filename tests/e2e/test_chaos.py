@@ -22,8 +22,8 @@ SEED, ROUNDS = 8, 18
 """The plan follows from the seed: these 18 rounds lock two tables, SIGKILL both replicas
 and each alone, stop Postgres cleanly and by a crash, terminate the controllers' sessions,
 silence agents (one dies: lost and reaped) and drop, flap and add handles. At peer version
-1.2 they also rotate a host (round 13: a drain with migrate, a 16.2 s deadline, an undrain
-3.8 s later); at 1.1, whose drain does not migrate, no round rotates."""
+1.2 rounds 6, 9 and 17 also draw a host rotation (a drain with migrate), which happens once
+a host runs tasks; at 1.1, whose drain does not migrate, no round rotates."""
 TIMEOUT_S = 200
 """The campaign takes about a minute here; this is headroom for a loaded machine (setup
 and quiet period are bounded inside it: 120 s and SETTLE_BOUND_S), and with the minute
