@@ -132,8 +132,16 @@ class Runner:
         keep: list[FollowUp] = []
         for f in self.pending:
             a = self.agents.agents[f.name]
-            if a.boot != f.boot or not a.beating or not a.draining or now > f.until:
-                self.ledger.count(f"rotate {f.what} dropped")
+            overtaken = (
+                "rebooted" if a.boot != f.boot
+                else "silent" if not a.beating
+                else "undrained" if not a.draining
+                else ("drained, too few agents" if a.drained else "not drained in time")
+                if now > f.until
+                else None
+            )  # fmt: skip
+            if overtaken is not None:
+                self.ledger.count(f"rotate {f.what} dropped: {overtaken}")
                 continue
             if f.what == "undrain" and now >= f.due:
                 done.append(Action("rotate-undrain", (f.name,)))

@@ -210,7 +210,7 @@ async def test_a_rotation_undrains_when_due_and_drops_what_was_overtaken(runner:
     assert [str(x) for x in runner.follow_ups()] == ["rotate-undrain w1"]
     assert not runner.agents.agents["w1"].draining
     assert runner.pending == []  # w2's retire dropped with its boot
-    assert runner.agents.ledger.counts["rotate retire dropped"] == 1
+    assert runner.agents.ledger.counts["rotate retire dropped: rebooted"] == 1
 
 
 async def test_a_follow_up_retires_only_while_the_fleet_keeps_capacity(runner: Any) -> None:
