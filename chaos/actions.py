@@ -125,27 +125,42 @@ class Runner:
 
     def follow_ups(self) -> list[Action]:
         """Carry out the rotations' follow-ups that are due; returns them (as actions, for
-        the round's line). A follow-up is dropped once its host is no longer the one that
-        was rotated (a new boot, silent, undrained meanwhile), or once ``until`` passed."""
+        the round's line). An undrain is an operator's: it is sent when due whatever the
+        host does, unless the host no longer drains or has retired. A retire waits while
+        the host is silent (it drains on when it beats again) and is dropped once the host
+        is no longer the one that was rotated (a new boot, undrained meanwhile) or
+        ``until`` has passed."""
         done: list[Action] = []
         now = time.time()
         keep: list[FollowUp] = []
         for f in self.pending:
             a = self.agents.agents[f.name]
-            overtaken = (
-                "rebooted" if a.boot != f.boot
-                else "silent" if not a.beating
-                else "undrained" if not a.draining
-                else ("drained, too few agents" if a.drained else "not drained in time")
-                if now > f.until
-                else None
-            )  # fmt: skip
+            if f.what == "undrain":
+                overtaken = (
+                    "undrained" if not a.draining
+                    else "retired" if a.mode == "retired"
+                    else None
+                )  # fmt: skip
+            else:
+                overtaken = (
+                    "rebooted" if a.boot != f.boot
+                    else "undrained" if not a.draining
+                    else "retired" if a.mode == "retired"
+                    else ("drained, too few agents" if a.drained else "not drained in time")
+                    if now > f.until
+                    else None
+                )  # fmt: skip
             if overtaken is not None:
                 self.ledger.count(f"rotate {f.what} dropped: {overtaken}")
                 continue
             if f.what == "undrain" and now >= f.due:
                 done.append(Action("rotate-undrain", (f.name,)))
-            elif f.what == "retire" and a.drained and len(self.agents.names("active")) > MIN_ACTIVE:
+            elif (
+                f.what == "retire"
+                and a.beating
+                and a.drained
+                and len(self.agents.names("active")) > MIN_ACTIVE
+            ):
                 done.append(Action("rotate-retire", (f.name,)))
             else:
                 keep.append(f)

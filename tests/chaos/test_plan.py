@@ -213,6 +213,20 @@ async def test_a_rotation_undrains_when_due_and_drops_what_was_overtaken(runner:
     assert runner.agents.ledger.counts["rotate retire dropped: rebooted"] == 1
 
 
+async def test_a_retire_waits_while_its_host_is_silent_and_an_undrain_does_not(
+    runner: Any,
+) -> None:
+    runner.run(Action("rotate", ("w1", 30.0, "retire")))
+    runner.run(Action("rotate", ("w2", 30.0, "undrain", 0.0)))
+    for name in ("w1", "w2"):
+        runner.agents.silence(name, 60.0)
+    runner.agents.agents["w1"].drained = True
+    assert [str(x) for x in runner.follow_ups()] == ["rotate-undrain w2"]  # the operator's
+    assert [f.name for f in runner.pending] == ["w1"]  # waits for w1 to beat again
+    runner.agents.wake("w1")
+    assert [str(x) for x in runner.follow_ups()] == ["rotate-retire w1"]
+
+
 async def test_a_follow_up_retires_only_while_the_fleet_keeps_capacity(runner: Any) -> None:
     runner.run(Action("rotate", ("w1", 30.0, "retire")))
     runner.agents.agents["w1"].drained = True
