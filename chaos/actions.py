@@ -123,6 +123,9 @@ class Runner:
             until = now + deadline + RETIRE_WAIT_S
             self.pending.append(FollowUp(name, boot, "retire", now, until))
 
+    def _rotate_skipped(self) -> None:
+        """A rotation drawn when no host ran tasks: counted, nothing done."""
+
     def follow_ups(self) -> list[Action]:
         """Carry out the rotations' follow-ups that are due; returns them (as actions, for
         the round's line). An undrain is an operator's: it is sent when due whatever the

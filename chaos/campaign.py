@@ -301,8 +301,9 @@ class Campaign:
 
 
 def rotations(counts: dict[str, int], events: list[Any]) -> str:
-    """The summary line of the host rotations (CONTRACT.md §6): what the campaign asked,
-    and what the ``events`` rows say was done."""
+    """The summary line of the host rotations (CONTRACT.md §6): the rotations done of
+    those drawn (a draw finds no host when none runs tasks), the counts of their answers and
+    follow-ups, and what the ``events`` rows say was done."""
     asked = {k: n for k, n in sorted(counts.items()) if k.startswith("rotate")}
     stops = Counter(
         e.reason.split(":")[0]
@@ -311,9 +312,10 @@ def rotations(counts: dict[str, int], events: list[Any]) -> str:
     )
     placed = sum(1 for e in events if e.action == "replaced" and e.reason.startswith("migrate"))
     drained = sum(1 for e in events if e.action == "drained")
+    done, skipped = counts.get("rotate", 0), counts.get("rotate-skipped", 0)
     return (
-        f"rotations: {counts.get('rotate', 0)} ({asked}); {placed} replacements placed by "
-        f"migration, originals stopped {dict(stops)}, {drained} workers drained"
+        f"rotations: {done} of {done + skipped} drawn ({asked}); {placed} replacements "
+        f"placed by migration, tasks stopped {dict(stops)}, {drained} workers drained"
     )
 
 

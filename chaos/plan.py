@@ -169,7 +169,7 @@ def _rotate(pick: float, extra: float, then: float, fleet: Fleet) -> Action | No
     ]
     name = _choose(pool, pick)
     if name is None:
-        return None
+        return Action("rotate-skipped")  # drawn, but no host runs tasks: said in the round
     (low, high), at = _band(extra, ROTATE_DEADLINES)
     deadline = round(low + at * (high - low), 1)
     follow, at = _band(then, ROTATE_THEN)

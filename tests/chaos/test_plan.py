@@ -150,7 +150,7 @@ def test_rotations_come_only_at_1_2_and_after_the_rounds_other_draws() -> None:
         assert not [a for a in before if a.startswith("rotate")]
         assert all(len(a.split()) == 3 for a in before if a.startswith("service"))
         after = plan_round(on, fleet(True))
-        others = [str(a) for a in after if a.what not in ("rotate", "service")]
+        others = [str(a) for a in after if a.what not in ("rotate", "rotate-skipped", "service")]
         assert others == [a for a in before if not a.startswith("service")]
         rotated += [a for a in after if a.what == "rotate"]
     assert rotated, "no rotation in 200 rounds"
@@ -160,6 +160,17 @@ def test_rotations_come_only_at_1_2_and_after_the_rounds_other_draws() -> None:
     assert any(d < 6.0 for d in deadlines) and any(d >= 30.0 for d in deadlines)
     follow = {a.args[2] if len(a.args) > 2 else "" for a in rotated}
     assert follow == {"undrain", "retire", ""}
+
+
+def test_a_rotation_drawn_when_no_host_runs_tasks_is_said_and_skipped() -> None:
+    drawn = []
+    for seed in range(100):
+        f = fleet_of(6)
+        for held in f.held.values():
+            held["tasks"] = []
+        f.rotations = True
+        drawn += [a.what for a in plan_round(random.Random(seed), f) if "rotate" in a.what]
+    assert drawn and set(drawn) == {"rotate-skipped"}
 
 
 class Updates(Handle):
