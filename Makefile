@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test upgrade check demo bench property chaos clean sysdeps
+.PHONY: run test fast upgrade check demo bench property chaos clean sysdeps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,10 +47,15 @@ sysdeps:
 # in two, split by file: E2E_FIRST (the longest files: a controller killed mid-step, the
 # CLI, the container engine, outages, a locked table; about 5 minutes alone) and
 # the rest (about 4.8; a new file lands there). Each of these starts its own dev server and
-# Postgres on free ports. The suite mostly waits on real servers and timers (about half a
-# core on average over a serial run), so together they take about as long as the longest
-# process. The background processes' output is kept in .reaper/test-*.log and printed when
-# all have ended; the exit status fails if any failed. The property tests run derandomized
+# Postgres on free ports. Side by side the four are CPU-bound on 2 cores (a fresh clone's
+# run spent about 1,200 CPU-seconds, servers and Postgres included), so the suite gets shorter
+# only by spending less CPU, not by another split: the in-process controllers validate each
+# workflow class once per process and cache bytecode (tests/support/controller.py,
+# tests/conftest.py), `reaper` commands fork from a process that has imported the CLI
+# (tests/support/cli.py), and a test waiting on a liveness asks again after the controller's
+# next workflow activation, not on a clock (tests/support/fleet.py). The background
+# processes' output is kept in .reaper/test-*.log and printed when all have ended; the exit
+# status fails if any failed. The property tests run derandomized
 # here (the same examples on every run, so a red CI is reproducible); `make property`
 # explores new random timelines.
 UNIT_TESTS := tests/core tests/policy tests/activities tests/workflows tests/chaos
@@ -73,6 +78,13 @@ test: $(STAMP) sysdeps
 	echo "---- $(E2E_FIRST) (exit $$f):"; cat .reaper/test-e2e-first.log; \
 	echo "---- the other tests/e2e (exit $$e2e)"; \
 	test $$e2e -eq 0 -a $$u -eq 0 -a $$s -eq 0 -a $$f -eq 0
+
+# The tests that need no Temporal server and no Postgres (tests/conftest.py marks the others
+# `server` by their fixtures): the policy tables, the core, the pure property tests, the
+# replay of stored histories, the release and patch checks. Under a minute on 2 cores.
+fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --hypothesis-profile=repeatable \
+		-m 'not server and not slow and not upgrade' $(UNIT_TESTS)
 
 # The upgrade promise (tests/e2e/test_upgrade.py): the previous release (releases.toml),
 # exported from this repository's history with `git archive`, runs its controller until work

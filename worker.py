@@ -15,9 +15,14 @@ from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import (
+    Interceptor,
+    Worker,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 
-from activities import ReaperActivities
+from activities import ReaperActivities, metrics, sealing
 from activities.sealing import load_secret
 from reaper import __version__
 from reaper.core.config import ConfigError, Settings, load_settings
@@ -38,11 +43,32 @@ from reaper.infra.temporal import (
     workflow_task_polling,
 )
 from reaper.logs import setup_logging
-from workflows import ALL_WORKFLOWS
+from workflows import ALL_WORKFLOWS, hooks
 from workflows.common import SEARCH_ATTRIBUTES
 from workflows.replay import replay_check
 
 log = logging.getLogger("reaper.worker")
+
+
+class ControllerHooks(Interceptor):
+    """Lends the controller's workflows what they ask of this process by name
+    (``workflows.hooks``): the seal of a forwarded report, keyed by the controller's secret
+    (``activities.sealing``), and the counters of rejected and ignored input
+    (``activities.metrics``). The SDK's extern functions carry them in, sandboxed or not;
+    none shapes a decision, so a worker without them replays the same."""
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        """Adds the functions; intercepts nothing (returns ``None``)."""
+        input.unsafe_extern_functions.update(
+            {
+                hooks.SEAL: sealing.seal,
+                hooks.COUNT_REJECTED: metrics.count_rejected,
+                hooks.COUNT_IGNORED: metrics.count_ignored,
+            }
+        )
+        return None
 
 
 def database_url(settings: Settings) -> str:
@@ -92,6 +118,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             workflow_runner=workflow_runner(settings.workflow_sandbox),
             # Two workflows per worker (liveness and collector): REAPER_WORKFLOW_CACHE.
             max_cached_workflows=settings.workflow_cache,
+            interceptors=[ControllerHooks()],
             # Replicas share the task queue; a workflow cached on a replica that died moves
             # to another one after this long (docs/operator-guide.md: "Several controllers").
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),

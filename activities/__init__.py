@@ -8,6 +8,7 @@ from typing import Any
 from activities.changes import ChangeActivities
 from activities.collection import CollectionActivities
 from activities.destroy import DestroyActivities
+from activities.draining import DrainActivities
 from activities.fleet import FleetActivities
 from activities.keys import KeyActivities
 from activities.liveness import LivenessActivities
@@ -19,6 +20,7 @@ from activities.staging import StagingActivities
 
 class ReaperActivities(
     LivenessActivities,
+    DrainActivities,
     CollectionActivities,
     DestroyActivities,
     ReapActivities,

@@ -25,7 +25,8 @@ BUILD.info({"version": __version__})
 DESTROYED = Counter(
     "reaper_destroyed",
     "Rows destroyed by this controller: containers and volumes deleted, tasks stopped as"
-    " missing (missing past MISSING_TTL, stuck creating, or a retired worker's rows).",
+    " missing (missing as long as their kind waits, stuck creating, or a retired worker's"
+    " rows).",
     ["kind"],
 )
 TASKS_REAPED = Counter(

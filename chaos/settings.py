@@ -9,7 +9,9 @@ timings and from the contract's bounds (CONTRACT.md rule 8, §5.1), never from m
 
 from __future__ import annotations
 
+from reaper.core import kinds
 from reaper.core.policy import rollout
+from reaper.core.policy.collection import destroy_after
 from workflows.common import ACTIVITY_TIMEOUT, RETRY
 
 HEARTBEAT_S = 1.0
@@ -23,6 +25,9 @@ LOST_AFTER_S = 12.0
 """``REAPER_LOST_AFTER``."""
 MISSING_TTL_S = 5.0
 """``REAPER_MISSING_TTL``."""
+LONGEST_WAIT_S = max(MISSING_TTL_S, *(destroy_after(k, MISSING_TTL_S) for k in kinds.REPORTS))
+"""The longest a handle or an orphan waits before it is dealt with: ``MISSING_TTL`` (an
+orphan) or as long as the slowest kind waits when missing (``policy.collection.destroy_after``)."""
 RESYNC_S = 2.0
 """``REAPER_RESYNC_INTERVAL``."""
 STICKY_S = 2.0
@@ -64,15 +69,16 @@ SETTLE_BOUND_S = (
     + RETRY_MAX_S
     + LOST_AFTER_S
     + STALL_AFTER_S
-    + MISSING_TTL_S
+    + LONGEST_WAIT_S
     + RESYNC_S
     + 2 * HEARTBEAT_S
 )
 """After the last fault has ended, everything due must be done within this: work resumes
 (rule 8, plus one retry interval), a silent worker is judged lost (``LOST_AFTER``, after at
 most one outage grace of ``STALL_AFTER``) and reaped, an absent handle is marked within
-``RESYNC_INTERVAL + 2 x HEARTBEAT_INTERVAL`` (§5.3) and destroyed ``MISSING_TTL`` later,
-replacements placed within ``2 x HEARTBEAT_INTERVAL`` (§5.1)."""
+``RESYNC_INTERVAL + 2 x HEARTBEAT_INTERVAL`` (§5.3) and destroyed as long as its kind waits
+later (at most ``LONGEST_WAIT_S``), replacements placed within ``2 x HEARTBEAT_INTERVAL``
+(§5.1)."""
 
 OWED_BOUND_S = 2 * HEARTBEAT_S
 """§5.1: an owed replacement is placed within ``2 x HEARTBEAT_INTERVAL`` of a healthy,

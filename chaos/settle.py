@@ -23,20 +23,14 @@ from chaos.rules import last_holding
 from chaos.settings import (
     ATTEMPT_S,
     HEARTBEAT_S,
+    LONGEST_WAIT_S,
     LOST_AFTER_S,
-    MISSING_TTL_S,
     RESYNC_S,
     STALL_AFTER_S,
 )
 from reaper.core import kinds
-from reaper.core.policy.collection import destroy_after
 
-DUE_S = (
-    max(MISSING_TTL_S, *(destroy_after(k, MISSING_TTL_S) for k in kinds.REPORTS))
-    + RESYNC_S
-    + 3 * HEARTBEAT_S
-    + ATTEMPT_S
-)
+DUE_S = LONGEST_WAIT_S + RESYNC_S + 3 * HEARTBEAT_S + ATTEMPT_S
 """How long the rules give the controller, once a worker runs and nothing is down, for a
 handle, task or orphan to be dealt with: an absent row is marked within ``RESYNC_INTERVAL +
 2 x HEARTBEAT_INTERVAL`` (§5.3) and destroyed as long as its kind waits later

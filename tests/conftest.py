@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -26,9 +27,29 @@ from reaper.kit.postgres import EmbeddedPostgres
 
 _exit_status = 0
 
+# The in-process controllers run the workflows in the SDK's default sandbox, which imports
+# each workflow module afresh for every workflow run. Where PYTHONDONTWRITEBYTECODE is set
+# (these machines set it), nothing is ever cached, so every run compiled the modules from
+# source again: about half of the test process's own CPU in tests/workflows (py-spy). The
+# bytecode goes to __pycache__ beside the sources, as Python's default does.
+sys.dont_write_bytecode = False
+
 # `make test` runs the property tests with this profile: the same examples every run, no
 # example database, so a red CI run is reproducible from the commit alone.
 hypothesis_settings.register_profile("repeatable", derandomize=True, database=None)
+
+
+SERVER_FIXTURES = frozenset({"pg_server_url", "time_env", "dev_env", "long_runs"})
+"""Fixtures that start a Temporal server or Postgres (the others that need one build on
+these)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Marker `server` on every test whose fixtures start a Temporal server or Postgres;
+    # `make fast` runs the others.
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.server)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -40,8 +61,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # The Temporal SDK can abort at interpreter exit after all work is done (docs/platform-notes.md:
     # "Fatal Python error: PyGILState_Release", exit 134). The run is over and reported
     # here; leave with pytest's own status so CI judges the tests, not the teardown.
-    import sys
-
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_exit_status)

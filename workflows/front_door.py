@@ -34,7 +34,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.metrics import count_ignored
+    from workflows import hooks
 
 T = TypeVar("T")
 
@@ -53,8 +53,7 @@ def ignored(why: str, detail: str) -> None:
         detail,
         extra={"action": "ignored", "reason": why, "workflow_type": kind},
     )
-    if not workflow.unsafe.is_replaying():
-        count_ignored(kind, why)
+    hooks.count_ignored(kind, why)
 
 
 def first(args: Sequence[Any], what: str) -> Any:

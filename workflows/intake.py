@@ -16,12 +16,12 @@ from temporalio import workflow
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import sealing
     from reaper.core.contract import KINDS, Heartbeat
     from reaper.core.liveness_state import LivenessState, QueuedChunk
     from reaper.core.models import CollectorInput, Report, supersede
     from reaper.core.policy.collection import should_forward, superseded_chunks
     from reaper.core.protocol import payload_bytes, report_digest
+    from workflows import hooks
     from workflows.collector import HandleCollector
     from workflows.common import collector_id
     from workflows.staging import (
@@ -222,7 +222,7 @@ class ReportIntake:
 
     def _sealed(self, r: Report) -> Report:
         """``r`` with the seal its collector checks before acting on it (§5.2)."""
-        mark = sealing.seal(self.live.worker, r.kind, r)
+        mark = hooks.seal(self.live.worker, r.kind, r)
         return r.model_copy(update={"seal": mark})
 
     async def _start_collector(self, reports: list[Report]) -> None:

@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
     from reaper.core.models import DeadlinesView, GcStatusInput
     from reaper.core.policy import liveness_machine as machine
-    from workflows import front_door
+    from workflows import front_door, hooks
     from workflows.clock import DeadlineTimer
     from workflows.common import should_continue_as_new
     from workflows.gate import Gate
@@ -233,10 +233,7 @@ class WorkerLiveness(OperatorHandlers):
         self.live.last_rejection = reason
         fields = {"worker": self.live.worker, "action": "rejected", "reason": reason}
         workflow.logger.warning("rejected input for %s: %s", self.live.worker, reason, extra=fields)
-        if not workflow.unsafe.is_replaying():  # a replay must not count it again (§5.4)
-            with workflow.unsafe.imports_passed_through():
-                from activities.metrics import count_rejected
-            count_rejected()
+        hooks.count_rejected()  # once, never again on replay (§5.4)
 
     def _parse(self, model: type[Any], raw: Any, what: str) -> Any:
         """``raw`` validated as ``model``, or ``None`` (rejected, logged) if malformed."""

@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.policy import liveness_machine as machine
     from reaper.core.policy import migration
     from reaper.core.policy.fleet import retire_is_stale
-    from workflows import front_door
+    from workflows import front_door, hooks
     from workflows.gate import Gate
 
 COMMANDS = ("force_reap", "drain", "undrain", "retire")
@@ -287,7 +287,5 @@ class OperatorHandlers:
         refused = self.ops.refusal(what, args[0] if args else None)
         if refused:
             if refused != STARTING:  # counted as a rejected signal is (§5.4)
-                with workflow.unsafe.imports_passed_through():
-                    from activities.metrics import count_rejected
-                count_rejected()
+                hooks.count_rejected()
             raise ValueError(refused)

@@ -14,8 +14,9 @@ from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
-from reaper.core import kinds, states
+from reaper.core import states
 from reaper.core.contract import KINDS
+from reaper.core.policy.explain_drain import MigrationFacts
 from reaper.core.states import TaskState
 
 Db: TypeAlias = asyncpg.Pool | asyncpg.Connection
@@ -43,20 +44,24 @@ async def running_task_counts(db: Db) -> dict[str, int]:
 
 class ReportTimes(NamedTuple):
     """A worker's row as ``policy.reports.liveness_only`` judges it: state, last heartbeat,
-    per kind the last complete report (``workers.<kind>_complete_at``), and when the row was
-    made. Times UTC; the row may lag the liveness by up to ``STALL_AFTER`` (§5.3)."""
+    per kind the last complete report (``workers.<kind>_complete_at``), when the row was
+    made, and when the worker was drained (§6.2; ``None``: not drained). Times UTC; the row
+    may lag the liveness by up to ``STALL_AFTER`` (§5.3), and lead it on ``drained_at``: the
+    tasks reconcile writes that here before it tells the liveness.
+    """
 
     state: str
     last_heartbeat_at: datetime | None
     complete_at: dict[str, datetime | None]
     created_at: datetime
+    drained_at: datetime | None = None
 
 
 async def report_times(db: Db) -> dict[str, ReportTimes]:
     """Every worker's :class:`ReportTimes`, by name."""
     rows = await db.fetch(
         "SELECT name, state, last_heartbeat_at, containers_complete_at, volumes_complete_at,"
-        " tasks_complete_at, created_at FROM reaper.workers"
+        " tasks_complete_at, created_at, drained_at FROM reaper.workers"
     )
     return {
         r["name"]: ReportTimes(
@@ -64,6 +69,7 @@ async def report_times(db: Db) -> dict[str, ReportTimes]:
             r["last_heartbeat_at"],
             {kind: r[f"{kind}_complete_at"] for kind in KINDS},
             r["created_at"],
+            r["drained_at"],
         )
         for r in rows
     }
@@ -136,138 +142,6 @@ async def retired_workers(db: Db) -> list[RetiredWorker]:
 async def schema_ready(db: Db) -> bool:
     """True once the controller has migrated the schema (table ``reaper.fleet`` exists)."""
     return await db.fetchval("SELECT to_regclass('reaper.fleet')::text") is not None
-
-
-# ---- what the demo observes ------------------------------------------------------------
-
-
-async def handle_missing_since(db: Db, kind: str, handle: str) -> datetime | None:
-    """``missing_since`` of a row of ``kind`` (a report kind); ``None`` if unmarked or gone.
-
-    Raises:
-        ValueError: ``kind`` is not a kind of handle.
-    """
-    k = _handle_kind(kind)
-    since: datetime | None = await db.fetchval(
-        f"SELECT missing_since FROM {k.table} WHERE {k.key} = $1", handle
-    )
-    return since
-
-
-async def handle_present(db: Db, kind: str, handle: str) -> tuple[datetime, bool]:
-    """``(database clock now, whether the row exists)``, read in one statement so that the
-    time and the presence belong together.
-
-    Raises:
-        ValueError: ``kind`` is not a kind of handle.
-    """
-    k = _handle_kind(kind)
-    row = await db.fetchrow(
-        f"SELECT now() AS now, EXISTS (SELECT 1 FROM {k.table} WHERE {k.key} = $1) AS present",
-        handle,
-    )
-    return row["now"], bool(row["present"])
-
-
-def _handle_kind(kind: str) -> kinds.Kind:
-    """The kind ``kind`` names (a report kind); its table and key are fixed identifiers.
-
-    Raises:
-        ValueError: ``kind`` is not a report kind (``reaper.core.kinds.REPORTS``).
-    """
-    if kind not in kinds.REPORTS:
-        raise ValueError(f"kind must be one of {kinds.REPORTS}, not {kind!r}")
-    return kinds.kind(kind)
-
-
-class EventRow(NamedTuple):
-    """When an ``events`` row was written and its reason."""
-
-    at: datetime
-    reason: str | None
-
-
-async def destroyed_event(db: Db, kind: str, handle: str) -> EventRow | None:
-    """The ``destroyed`` events row of a handle; ``kind`` is the events kind (``container``,
-    ``volume``). ``None`` if there is none."""
-    row = await db.fetchrow(
-        "SELECT at, reason FROM reaper.events WHERE kind = $1 AND handle = $2"
-        " AND action = 'destroyed'",
-        kind,
-        handle,
-    )
-    return None if row is None else EventRow(row["at"], row["reason"])
-
-
-async def worker_state(db: Db, name: str) -> str | None:
-    """The ``workers`` row's state (``running``, ``stalled``, ``lost``, ``retired``), ``None``
-    if none."""
-    state: str | None = await db.fetchval("SELECT state FROM reaper.workers WHERE name = $1", name)
-    return state
-
-
-class TaskRow(NamedTuple):
-    """A ``tasks`` row, the columns the shell shows."""
-
-    id: str
-    worker: str | None
-    state: str
-    stop_reason: str | None
-
-
-async def task(db: Db, task_id: str) -> TaskRow | None:
-    """Task ``task_id``, or ``None`` if there is no such row."""
-    row = await db.fetchrow(
-        "SELECT id, worker, state, stop_reason FROM reaper.tasks WHERE id = $1", task_id
-    )
-    return None if row is None else TaskRow(*row.values())
-
-
-async def task_state(db: Db, task_id: str) -> str | None:
-    """State of task ``task_id`` (``pending``, ``running``, ``lost``, ``stopped``), or ``None``."""
-    state: str | None = await db.fetchval("SELECT state FROM reaper.tasks WHERE id = $1", task_id)
-    return state
-
-
-async def replacement_of(db: Db, task_id: str) -> TaskRow | None:
-    """The task placed to replace ``task_id`` (its ``replaces``), or ``None`` so far."""
-    row = await db.fetchrow(
-        "SELECT id, worker, state, stop_reason FROM reaper.tasks WHERE replaces = $1", task_id
-    )
-    return None if row is None else TaskRow(*row.values())
-
-
-async def running_tasks_of(db: Db, service: str) -> int:
-    """How many tasks of ``service`` are ``running``."""
-    return int(
-        await db.fetchval(
-            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = $2",
-            service,
-            TaskState.running.value,
-        )
-    )
-
-
-async def active_tasks_of(db: Db, service: str) -> int:
-    """How many tasks of ``service`` are active: ``pending`` (owed ones included) or
-    ``running``."""
-    return int(
-        await db.fetchval(
-            "SELECT count(*) FROM reaper.tasks WHERE service = $1 AND state = ANY($2::text[])",
-            service,
-            states.ACTIVE_TASKS,
-        )
-    )
-
-
-async def running_tasks_on(db: Db, worker: str) -> list[str]:
-    """Ids of the ``running`` tasks placed on ``worker``, sorted."""
-    rows = await db.fetch(
-        "SELECT id FROM reaper.tasks WHERE worker = $1 AND state = $2 ORDER BY id",
-        worker,
-        TaskState.running.value,
-    )
-    return [r["id"] for r in rows]
 
 
 class PlacedTask(NamedTuple):
@@ -367,17 +241,6 @@ async def running_workers(db: Db) -> list[str]:
 # ---- a migrating drain, as `reaper drain --wait` and `reaper explain` show it ------------
 
 
-class MigrationRow(NamedTuple):
-    """One task of a draining worker and its newest replacement (CONTRACT.md §6.1)."""
-
-    task: str
-    state: str
-    stop_reason: str | None
-    replacement: str | None
-    replacement_worker: str | None
-    replacement_state: str | None
-
-
 class DrainRow(NamedTuple):
     """A worker's drain: ``draining``, the migration's deadline (UTC) and ``drained_at``."""
 
@@ -394,9 +257,10 @@ async def drain_state(db: Db, worker: str) -> DrainRow | None:
     return DrainRow(row["draining"], row["migrate_until"], row["drained_at"]) if row else None
 
 
-async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[MigrationRow]:
+async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[MigrationFacts]:
     """The tasks of ``worker`` that were active at ``since`` (UTC; every task of it still
-    active, or stopped since then) with their newest replacement, oldest first."""
+    active, or stopped since then) with their newest replacement, oldest first, as the
+    explanation of a drain takes them (``policy.explain_drain``)."""
     rows = await db.fetch(
         "SELECT o.id, o.state, o.stop_reason, r.id AS rid, r.worker AS rworker,"
         " r.state AS rstate FROM reaper.tasks o LEFT JOIN LATERAL (SELECT id, worker, state"
@@ -410,6 +274,6 @@ async def migration_rows(db: Db, worker: str, since: datetime | None) -> list[Mi
         since,
     )
     return [
-        MigrationRow(r["id"], r["state"], r["stop_reason"], r["rid"], r["rworker"], r["rstate"])
+        MigrationFacts(r["id"], r["state"], r["stop_reason"], r["rid"], r["rworker"], r["rstate"])
         for r in rows
     ]

@@ -35,6 +35,8 @@ class WorkerMeaning:
             reap is done) are strays, reaped by the fleet monitor (Kubernetes #12545).
         in_fleet: shown in ``reaper_workers{state}`` and the fleet's views (CONTRACT.md §5.4).
         terminal: its liveness ends; only a new boot registers the worker again (§5.1).
+        left_by_a_beat: an accepted heartbeat from a worker in this state is its return to
+            ``running`` (``policy.liveness.is_return``; rule 4: its marks restart).
     """
 
     healthy: bool = False
@@ -45,10 +47,13 @@ class WorkerMeaning:
     holds_tasks: bool = True
     in_fleet: bool = True
     terminal: bool = False
+    left_by_a_beat: bool = True
 
 
 WORKERS: Mapping[WorkerState, WorkerMeaning] = {
-    WorkerState.running: WorkerMeaning(healthy=True, placeable=True, decides=True, clock=0),
+    WorkerState.running: WorkerMeaning(
+        healthy=True, placeable=True, decides=True, clock=0, left_by_a_beat=False
+    ),
     WorkerState.stalled: WorkerMeaning(unhealthy=True, clock=1),
     WorkerState.lost: WorkerMeaning(unhealthy=True, clock=2, holds_tasks=False),
     WorkerState.retired: WorkerMeaning(clock=3, holds_tasks=False, in_fleet=False, terminal=True),

@@ -189,16 +189,52 @@ async def migrate(pool: asyncpg.Pool) -> list[str]:
             for version, name, sql in _migrations():
                 if version in done:
                     continue
-                async with conn.transaction():
-                    await conn.execute(sql)
-                    await conn.execute(
-                        "INSERT INTO public.reaper_schema_migrations (version, name)"
-                        " VALUES ($1, $2)",
-                        version,
-                        name,
-                    )
+                await _apply(conn, version, name, sql)
                 applied.append(name)
                 log.info("applied migration %s", name)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
     return applied
+
+
+MIGRATION_LOCK_WAIT_S = 5.0
+"""How long one attempt of a migration waits for a table lock (``lock_timeout``) before it
+says whose lock it waits for and tries again."""
+
+
+async def _apply(conn: asyncpg.Connection, version: int, name: str, sql: str) -> None:
+    """Apply one migration in its own transaction, waiting for the table locks it needs for
+    as long as they are held: a migration that alters a busy table (``ALTER TABLE`` takes
+    an ``ACCESS EXCLUSIVE`` lock) waits for the transactions that hold it, a controller's
+    for at most its ``transaction_timeout``, an operator's session for as long as it stays
+    open. Every :data:`MIGRATION_LOCK_WAIT_S` it logs which sessions it waits for."""
+    while True:
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT set_config('lock_timeout', $1, true)",
+                    f"{int(MIGRATION_LOCK_WAIT_S * 1000)}",
+                )
+                await conn.execute(sql)
+                await conn.execute(
+                    "INSERT INTO public.reaper_schema_migrations (version, name) VALUES ($1, $2)",
+                    version,
+                    name,
+                )
+            return
+        except asyncpg.LockNotAvailableError:
+            holders = await conn.fetch(
+                "SELECT pid, state, xact_start, left(query, 80) AS query FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND xact_start IS NOT NULL ORDER BY xact_start LIMIT 5"
+            )
+            log.warning(
+                "migration %s waits for a table lock held by another session; the oldest"
+                " open transactions: %s",
+                name,
+                "; ".join(
+                    f"pid {h['pid']} {h['state']} since {h['xact_start']:%H:%M:%S}: {h['query']}"
+                    for h in holders
+                )
+                or "none listed",
+            )

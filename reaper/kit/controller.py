@@ -21,8 +21,34 @@ from reaper.kit.processes import Child, StackError, environment
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-CONTROLLER_ARGV = ("-c", "import sys, worker; sys.exit(worker.main())")
-"""``python worker.py`` by module, so it works wherever the project is installed."""
+CONTROLLER_ENTRY_POINT = "reaper-controller"
+"""The console script the package declares for the controller (``pyproject.toml``:
+``reaper-controller = "worker:main"``, what ``python worker.py`` runs). The kit starts the
+controller through this declaration, not by naming ``worker`` here: nothing of ``reaper``
+imports the controller's entry point (an import-linter contract), and the dependency is
+where the package says it, checked by tests/core/test_controller_entry.py."""
+
+
+def controller_argv() -> tuple[str, ...]:
+    """``python`` arguments that run the declared controller entry point (by module, so it
+    works wherever the project is installed, and with an older release's own code first on
+    ``PYTHONPATH``).
+
+    Raises:
+        StackError: the package declares no ``reaper-controller`` (not installed).
+    """
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="console_scripts", name=CONTROLLER_ENTRY_POINT)
+    if not found:
+        raise StackError(
+            f"no {CONTROLLER_ENTRY_POINT} entry point: install the project (make, or pip"
+            " install -e .)"
+        )
+    module, _, func = next(iter(found)).value.partition(":")
+    return ("-c", f"import sys, {module}; sys.exit({module}.{func}())")
+
+
 BAD_CONFIG_EXIT = 2
 """``worker.main`` exits with this on a bad configuration: restarting would not help."""
 POLLING_TIMEOUT_S = 60.0
@@ -57,7 +83,8 @@ class Controller(Child):
         log_path: file for its output; ``None`` shows it on the terminal.
         name: shown in messages.
         restart: :meth:`check` restarts it when it exits (not after a bad configuration).
-        argv: the command after ``python``; ``worker.main()`` unless given.
+        argv: the command after ``python``; the declared controller entry point
+            (:func:`controller_argv`) unless given.
         cwd: its working directory (where it reads a ``.env`` file).
     """
 
@@ -71,7 +98,7 @@ class Controller(Child):
         log_path: Path | None = None,
         name: str = "controller",
         restart: bool = False,
-        argv: Sequence[str] = CONTROLLER_ARGV,
+        argv: Sequence[str] | None = None,
         cwd: Path | None = None,
     ) -> None:
         self.address = address
@@ -89,7 +116,7 @@ class Controller(Child):
         )
         super().__init__(
             name,
-            [sys.executable, *argv],
+            [sys.executable, *(argv if argv is not None else controller_argv())],
             env,
             log_path=log_path,
             restart=restart,

@@ -4,9 +4,7 @@ real ``reaper`` processes against a real Postgres and dev server."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,21 +12,14 @@ import asyncpg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.support import cli
+
 OPERATOR_COMMANDS = ("drain", "undrain", "retire", "force-reap")
 
 
 def reaper(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``reaper ARGS`` in a fresh process; no ``REAPER_*`` of the caller, no ``.env``."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    full.update(env or {}, COLUMNS="100")
-    return subprocess.run(
-        [sys.executable, "-m", "reaper.cli", *args],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).parent,
-    )
+    return cli.reaper(*args, env={**(env or {}), "COLUMNS": "100"}, cwd=Path(__file__).parent)
 
 
 def address(env: WorkflowEnvironment) -> str:

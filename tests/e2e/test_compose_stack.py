@@ -114,6 +114,20 @@ def test_no_password_in_any_environment(services: dict[str, dict[str, Any]]) -> 
     )
 
 
+ROLLOUT_VARIABLES = {"REAPER_PEER_VERSION"}
+"""The one setting beyond the contract the stack sets: which release line may serve beside
+its replicas (docs/architecture.md, "Replay and patches"), 1.1 unless .env raises it."""
+
+
+def test_the_stack_runs_at_the_previous_line_unless_told(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    from reaper.core.policy.rollout import DEFAULT_PEER_VERSION
+
+    for name, svc in controllers(services).items():
+        assert interpolate(environment(svc)["REAPER_PEER_VERSION"]) == DEFAULT_PEER_VERSION, name
+
+
 def test_controller_environment_uses_only_contract_variables(
     services: dict[str, dict[str, Any]],
 ) -> None:
@@ -122,6 +136,8 @@ def test_controller_environment_uses_only_contract_variables(
         env = environment(svc)
         for key, value in env.items():
             stem = key.removesuffix("_FILE")
+            if stem in ROLLOUT_VARIABLES:
+                continue
             assert stem in contract, f"{name}: {key} is not a contract variable (CONTRACT.md)"
             if key.endswith("_FILE"):
                 assert value.startswith("/run/secrets/"), (name, key, value)
@@ -136,7 +152,11 @@ def test_controller_defaults_are_the_contract_defaults(
 ) -> None:
     contract = contract_variables()
     for name, svc in controllers(services).items():
-        shown = {k: interpolate(v) for k, v in environment(svc).items() if "${" in v}
+        shown = {
+            k: interpolate(v)
+            for k, v in environment(svc).items()
+            if "${" in v and k not in ROLLOUT_VARIABLES
+        }
         assert {"REAPER_LOST_AFTER", "REAPER_MISSING_TTL", "REAPER_RETIRE_AFTER"} <= set(shown)
         for key, value in shown.items():
             default = contract[key]

@@ -81,7 +81,9 @@ async def test_a_worker_beating_without_complete_reports_is_named(
             assert since >= last_complete and ws[ok]["liveness_only"] is None
             assert ws[blind]["state"] == "running" and ws[blind]["missing"] == 0
 
-            table = await run_cli("workers", env=env)
+            # Wide enough that no cell wraps: the table lists every worker of this process's
+            # database, and another test's long "query failed" cell narrows the state column.
+            table = await run_cli("workers", env={**env, "COLUMNS": "240"})
             assert table.returncode == 0, table.stderr
             [row] = [ln for ln in table.stdout.splitlines() if blind in ln]
             assert "liveness only" in row, table.stdout

@@ -37,6 +37,7 @@ from tests.support.diverging import DivergingLiveness, diverged, events_of
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 from tests.support.scheduler import setup_service
+from worker import ControllerHooks
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
 
@@ -85,6 +86,7 @@ async def test_a_stuck_liveness_is_reset_and_its_dead_worker_reaped(long_runs, p
             task_queue=tq,
             workflows=diverging,
             activities=ReaperActivities(pool, settings).all(),
+            interceptors=[ControllerHooks()],
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
         ):
             for w in all_stuck:

@@ -27,6 +27,7 @@ from tests.support.agents import Agents
 from tests.support.controller import controller, make_settings, start_monitor
 from tests.support.diverging import DivergingLiveness, diverged, events_of
 from tests.support.polling import eventually
+from worker import ControllerHooks
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
 
@@ -62,6 +63,7 @@ async def test_a_stuck_liveness_of_a_lost_worker_is_repaired_and_retires_it(
                 task_queue=tq,
                 workflows=diverging,
                 activities=ReaperActivities(pool, settings).all(),
+                interceptors=[ControllerHooks()],
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
             ):
                 await eventually(

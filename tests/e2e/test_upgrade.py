@@ -21,6 +21,10 @@ in every step:
 - a worker in the middle of a retire (``w-retire``, its ``retire_worker`` attempts held by
   the same lock).
 
+(A release whose migrations alter ``reaper.tasks`` or ``reaper.workers``, as 1.2's do, waits
+for the session's locks: the session then ends its transaction, as an operator's long one
+would, and the held work is free from that moment.)
+
 Then the current release's controller (``python worker.py`` of this checkout) takes over on
 the same task queue, server and database: ``sequential``: the old one stops, then the new
 one starts, with ``REAPER_PEER_VERSION`` raised to its own line (as the CHANGELOG's upgrade
@@ -243,6 +247,34 @@ async def serving(proc: ControllerProcess, timeout: float = 90) -> str:
     found = await eventually(line, bool, timeout=timeout, poll=0.1, what="the controller serving")
     assert found is not None
     return found
+
+
+async def serving_past_the_lock(
+    proc: ControllerProcess, lock: asyncpg.Connection, tl: Timeline
+) -> tuple[str, float | None]:
+    """:func:`serving`, except that when the controller's migrations wait for a table lock
+    this test's session holds (a migration that alters ``reaper.tasks`` or
+    ``reaper.workers`` needs every lock on it released: 1.2's do), the session's
+    transaction ends, as an operator's long transaction would, and the wait goes on.
+
+    Returns:
+        The start-up line, and when the session's locks were released (``None``: still held).
+    """
+    released: float | None = None
+
+    async def line() -> str | None:
+        nonlocal released
+        if not proc.alive():
+            raise AssertionError(f"controller exited ({proc.proc.returncode}):\n{proc.tail()}")
+        text = proc.log.read_text(errors="replace") if proc.log.exists() else ""
+        if released is None and "waits for a table lock" in text:
+            await lock.execute("ROLLBACK")
+            released = tl.phase("the current release's migration waits for the held lock: released")
+        return next((ln for ln in text.splitlines() if "serving task queue" in ln), None)
+
+    found = await eventually(line, bool, timeout=90, poll=0.1, what="the controller serving")
+    assert found is not None
+    return found, released
 
 
 async def pending_attempt(client: Client, workflow_id: str, activity: str) -> tuple[int, str]:
@@ -494,18 +526,22 @@ async def run_scenario(
                 written = store(await histories(client, tq), release.version, HISTORIES)
                 tl.phase(f"recorded {len(written)} histories of {release.name}")
             new.start()
-            line = await serving(new)
+            line, early = await serving_past_the_lock(new, lock, tl)
             tl.phase(f"current controller serving: {message(line)}")
         else:
             new.start()
-            line = await serving(new)
+            line, early = await serving_past_the_lock(new, lock, tl)
             tl.phase(f"current controller serving beside the previous: {message(line)}")
         assert f"(reaper {__version__})" in line, line
         ready = tl.at()
         both_since = datetime.now(UTC)
         agents.reports[NEW] = {}
-        await lock.execute("ROLLBACK")
-        released = tl.phase(f"{NEW} beating; lock released")
+        if early is None:
+            await lock.execute("ROLLBACK")
+            released = tl.phase(f"{NEW} beating; lock released")
+        else:
+            released = early
+            tl.phase(f"{NEW} beating")
         if variant == "overlap":
             # Both releases take both kinds of task while both serve. Waiting for the new one
             # alone once left the old with no activity task in a 2.2 s overlap (a fresh

@@ -19,6 +19,7 @@ from tests.support.controller import make_settings
 from tests.support.diverging import DivergingLiveness, diverged, events_of
 from tests.support.heartbeats import beat, query_state, send
 from tests.support.polling import eventually
+from worker import ControllerHooks
 from workflows import ALL_WORKFLOWS, WorkerLiveness
 from workflows.common import liveness_id
 
@@ -34,6 +35,7 @@ async def test_upgrade_check_names_the_runs_this_release_could_not_take_over(dev
         task_queue=tq,
         workflows=diverging,
         activities=ReaperActivities(pool, make_settings()).all(),
+        interceptors=[ControllerHooks()],
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
     ):
         for w in (early, ok):

@@ -9,14 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reaper.core.models import Timings
-from reaper.core.policy.explain import (
-    FleetFacts,
-    RowFacts,
-    WorkerFacts,
-    explain_gone,
-    explain_row,
-    explain_worker,
-)
+from reaper.core.policy.explain import FleetFacts, RowFacts, WorkerFacts, explain_worker
+from reaper.core.policy.explain_rows import explain_gone, explain_row
 from tests.support.controller import make_settings
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -168,7 +162,7 @@ def test_a_row_that_is_gone_is_explained_by_its_last_event():
 
 
 def test_a_draining_worker_says_where_each_task_of_its_migration_stands():
-    from reaper.core.policy.explain import MigrationFacts, explain_drain
+    from reaper.core.policy.explain_drain import MigrationFacts, explain_drain
 
     now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
     until = now + timedelta(minutes=30)

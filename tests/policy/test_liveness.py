@@ -11,18 +11,17 @@ from reaper.core.contract import WorkerState
 from reaper.core.policy.liveness import (
     MAX_REMEMBERED_BOOT_IDS,
     Fence,
-    ReturnMarks,
     clock_is_stale,
     fence,
     is_return,
     judge_liveness,
-    marks_at_record,
     next_deadline,
     outage_grace,
     remember_boot,
     row_refresh_due,
     transition,
 )
+from reaper.core.policy.returns import ReturnMarks, marks_at_record
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 R, S, L = WorkerState.running, WorkerState.stalled, WorkerState.lost

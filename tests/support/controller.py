@@ -3,7 +3,9 @@ as a child process (:class:`ControllerProcess`, the kit's ``python worker.py``).
 
 from __future__ import annotations
 
+import asyncio
 import os
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,9 @@ from typing import Any
 import asyncpg
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.workflow import _Definition
 
 from activities import ReaperActivities
 from reaper.core.config import Settings
@@ -20,6 +24,7 @@ from reaper.core.policy.rollout import RELEASE_LINES
 from reaper.kit.controller import Controller
 from reaper.kit.processes import find_binary as kit_find_binary
 from tests.support.paths import ROOT
+from worker import ControllerHooks
 from workflows import ALL_WORKFLOWS
 from workflows.common import fleet_monitor_id
 from workflows.fleet import FleetMonitor
@@ -100,24 +105,124 @@ def make_settings(**overrides: object) -> Settings:
     return Settings(_env_file=None, **base)  # type: ignore[arg-type]
 
 
+_VALIDATED: set[type] = set()
+"""Workflow classes the sandbox has validated in this process (:class:`ValidatedOnce`)."""
+
+
+class Activations:
+    """Counts the workflow activations an in-process controller has completed, queries
+    left out: what a workflow's queries answer changes only in such an activation, so a test
+    that waits for an answer asks again after the next one instead of on a clock
+    (:meth:`after`). Polling every 50 ms cost a query of the liveness and two of the
+    collector each time, and under CPU load, when a beat takes longer to be handled, the
+    polls multiplied and took CPU from the work they waited for."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.count = 0
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def completed(self) -> None:
+        """One activation completed (called on the worker's workflow threads)."""
+        self._loop.call_soon_threadsafe(self._bump)
+
+    def _bump(self) -> None:
+        self.count += 1
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    async def after(self, seen: int, timeout: float) -> None:
+        """Return once an activation completed after the count was ``seen``, or after
+        ``timeout`` seconds."""
+        if self.count > seen:
+            return
+        waiter = self._loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+
+
+class _Counted(WorkflowInstance):
+    """A workflow instance that tells :class:`Activations` of each activation it completes
+    other than a query's."""
+
+    def __init__(self, inner: WorkflowInstance, activations: Activations) -> None:
+        self._inner = inner
+        self._activations = activations
+
+    def activate(self, act: Any) -> Any:
+        completion = self._inner.activate(act)
+        if any(not job.HasField("query_workflow") for job in act.jobs):
+            self._activations.completed()
+        return completion
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Any:
+        return self._inner.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self._inner.get_thread_id()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@dataclass(frozen=True)
+class ValidatedOnce(SandboxedWorkflowRunner):
+    """The SDK's default sandbox (the same restrictions, every workflow run imported
+    afresh), validating each workflow class once per process instead of once per ``Worker``.
+
+    A ``Worker`` validates every workflow it is given by creating a throw-away instance of it
+    in the sandbox (importing its module afresh); the suite starts one controller per test,
+    and that validation of the same four classes cost about 0.2 s of CPU each time (py-spy,
+    tests/workflows). What it checks, that the module imports in the sandbox, cannot change
+    within a process, and every workflow run imports it afresh in the sandbox anyway. With
+    ``activations``, each instance reports its activations there."""
+
+    activations: Activations | None = None
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        instance = super().create_instance(det)
+        if self.activations is None:
+            return instance
+        return _Counted(instance, self.activations)
+
+    def prepare_workflow(self, defn: _Definition) -> None:
+        if defn.cls in _VALIDATED:
+            return
+        super().prepare_workflow(defn)
+        _VALIDATED.add(defn.cls)
+
+
 def controller(
     client: Client,
     pool: asyncpg.Pool,
     settings: Settings,
     task_queue: str,
+    activations: Activations | None = None,
     **worker_options: Any,
 ) -> Worker:
     """An in-process controller worker on ``task_queue`` (the SDK's default sandbox; the
-    repair of stuck livenesses replays as ``worker.py`` does), with
-    further ``Worker`` options if given (``max_cached_workflows=1``: nearly every activation
-    replays its history first)."""
+    repair of stuck livenesses replays as ``worker.py`` does), counting its activations in
+    ``activations`` if given, with further ``Worker`` options if given
+    (``max_cached_workflows=1``: nearly every activation replays its history first)."""
     acts = ReaperActivities(pool, settings, replay=replay_check())
     return Worker(
         client,
         task_queue=task_queue,
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
-        **worker_options,
+        interceptors=[ControllerHooks()],
+        **{"workflow_runner": ValidatedOnce(activations=activations), **worker_options},
     )
 
 

@@ -27,6 +27,8 @@ from typing import Any
 from docker import APIClient
 from docker.types import Ulimit
 
+from reaper.cli.runtimes.engine import negotiate
+
 IMAGE = "localhost/reaper-busybox:1"
 """The test image (the name deploy/agent-templates/web.toml uses)."""
 BUSYBOX = Path("/bin/busybox")
@@ -160,8 +162,11 @@ class Podman:
         proc.wait(10)
 
     def api(self, name: str = "api", timeout: float = 20) -> APIClient:
-        """A docker-py client of service ``name``."""
-        return APIClient(base_url=self.url(name), version="auto", timeout=int(timeout))
+        """A docker-py client of service ``name``, its API version from ``/_ping`` as the
+        agent's (``reaper.cli.runtimes.engine.negotiate``): docker-py's ``version="auto"``
+        asks ``/version``, which Podman 4 answers by running its helpers, in over a second,
+        and in more than 5 s on a loaded machine."""
+        return negotiate(self.url(name), timeout)
 
     def close(self) -> None:
         """Stop every service, remove every container and volume of this store, delete it."""

@@ -23,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from reaper.core.contract import StateView
 from reaper.core.models import Timings
 from reaper.core.signing import Ed25519PrivateKey, sign_heartbeat
-from tests.support.controller import controller, make_settings
+from tests.support.controller import Activations, controller, make_settings
 from tests.support.heartbeats import query_state, reports_reconciled, send
 from tests.support.polling import eventually
 from workflows.common import collector_id, fleet_monitor_id, liveness_id, reap_id
@@ -37,8 +37,16 @@ length that takes 80 % of it in wall time means the server stopped skipping time
 class Fleet:
     """Simulated agents: ``beat`` sends a heartbeat and waits until it has been handled."""
 
-    def __init__(self, env: WorkflowEnvironment, pool: asyncpg.Pool, task_queue: str) -> None:
+    def __init__(
+        self,
+        env: WorkflowEnvironment,
+        pool: asyncpg.Pool,
+        task_queue: str,
+        activations: Activations | None = None,
+    ) -> None:
         self.env = env
+        self.activations = activations
+        """The controller's workflow activations: :meth:`settle` asks again after each."""
         self.client: Client = env.client
         self.pool = pool
         self.tq = task_queue
@@ -138,9 +146,12 @@ class Fleet:
     ) -> StateView:
         """Wait until ``handled`` holds for ``worker``'s `state` (a beat seen) and every report
         its liveness forwarded has been reconciled: one poll for both (each query costs a
-        workflow task), its first pause 5 ms (on the time-skipping server a beat is handled
-        within milliseconds)."""
-        return await reports_reconciled(self.client, worker, handled=handled, first=0.005)
+        workflow task), asked again after each of the controller's workflow activations
+        (without them, first after 5 ms: on the time-skipping server a beat is handled within
+        milliseconds)."""
+        return await reports_reconciled(
+            self.client, worker, handled=handled, first=0.005, changes=self.activations
+        )
 
     async def _state_or_none(self, worker: str) -> StateView | None:
         try:
@@ -210,8 +221,9 @@ async def fleet_with(
     it."""
     tq = f"tq-{uuid.uuid4().hex[:8]}"
     settings = make_settings(**overrides)
-    async with controller(env.client, pool, settings, tq):
-        f = Fleet(env, pool, tq)
+    activations = Activations()
+    async with controller(env.client, pool, settings, tq, activations=activations):
+        f = Fleet(env, pool, tq, activations)
         try:
             if monitor:
                 timings = Timings.of(settings)

@@ -16,7 +16,7 @@ from temporalio.service import RPCError
 
 from reaper.core.contract import StateView
 from reaper.kit.agents import query_state, send_heartbeat
-from tests.support.polling import eventually
+from tests.support.polling import Changes, eventually
 from tests.support.scheduler import setup_service
 from workflows.common import collector_id
 
@@ -77,11 +77,12 @@ async def reports_reconciled(
     *,
     handled: Callable[[StateView], bool] = lambda _: True,
     first: float | None = None,
+    changes: Changes | None = None,
 ) -> StateView:
     """Wait until every report ``worker``'s liveness forwarded has been reconciled by its
     collector (`processed` equals the liveness's ``forwarded_reports``, `backlog` empty) in
     a `state` for which ``handled`` holds too (e.g. a given beat's ``last_seq``: one poll
-    for both waits). ``first``: :func:`tests.support.polling.eventually`'s first pause."""
+    for both waits). ``first``, ``changes``: :func:`tests.support.polling.eventually`'s."""
 
     async def snapshot() -> tuple[StateView, int, int]:
         st = await query_state(client, worker)
@@ -111,6 +112,7 @@ async def reports_reconciled(
         timeout=timeout,
         what=f"reports of {worker} reconciled",
         first=first,
+        changes=changes,
     )
     return st
 

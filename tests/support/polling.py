@@ -5,11 +5,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from temporalio.service import RPCError, RPCStatusCode
 
 T = TypeVar("T")
+
+BACKSTOP = 1.0
+"""Seconds :func:`eventually` waits for a change at most before asking again anyway."""
+
+
+class Changes(Protocol):
+    """Something that tells when what a test waits for may have changed
+    (:class:`tests.support.controller.Activations`)."""
+
+    count: int
+
+    async def after(self, seen: int, timeout: float) -> None: ...
 
 
 async def eventually(
@@ -19,17 +31,21 @@ async def eventually(
     what: str = "condition",
     poll: float = 0.05,
     first: float | None = None,
+    changes: Changes | None = None,
 ) -> T:
     """Poll ``fn`` until ``check`` holds, or fail after ``timeout`` real seconds.
 
     ``poll`` is the pause between tries (seconds). With ``first``, the first pause is that
     long and each later one twice the one before, up to ``poll``: for waits that usually end
     within milliseconds (a beat handled on the time-skipping server), without polling any
-    faster than ``poll`` once the wait turns out long."""
+    faster than ``poll`` once the wait turns out long. With ``changes``, ``fn`` is asked
+    again once ``changes`` tells of a change after the previous ask began (at most
+    :data:`BACKSTOP` later), not on a clock."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     pause = poll if first is None else min(first, poll)
     while time.monotonic() < deadline:
+        seen = changes.count if changes is not None else 0
         try:
             last = await fn()
         except RPCError as exc:
@@ -53,6 +69,9 @@ async def eventually(
             continue
         if check(last):
             return last
+        if changes is not None:
+            await changes.after(seen, max(0.0, min(BACKSTOP, deadline - time.monotonic())))
+            continue
         await asyncio.sleep(pause)
         pause = min(2 * pause, poll)
     raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")

@@ -1,7 +1,9 @@
-"""Random timelines of a fleet that changes (CONTRACT.md rule 5, §5.1), through the real
+"""Random timelines of a fleet that changes (CONTRACT.md rule 5, §5.1, §6), through the real
 workflows: joins, silences (stalled, lost, reaped), returns, retirements (and a retired host
-coming back with a new boot), drains, undrains and capacity gaps, with services of small
-desired counts whose tasks reaper places.
+coming back with a new boot), drains, undrains, capacity gaps and migrating drains (a host
+rotated, with a deadline sometimes short enough to come; and whatever else the timeline does
+to it or to the workers its tasks move to meanwhile), with services of small desired counts
+and a ``max_surge`` of 1 or 2, whose tasks reaper places.
 
 Each example gets a fresh time-skipping server and a fresh, migrated database; the controller
 runs with its fleet monitor (owed work). Simulated agents beat every 20 s (two heartbeat
@@ -19,7 +21,9 @@ the agents' behaviour implies (running / stalled-or-lost / retired; near a thres
 these invariants are checked against Postgres:
 
 1. no service has more ``pending`` + ``running`` tasks (owed ones included) than
-   ``desired_count``; and never fewer either (take-down and backfill are one transaction);
+   ``desired_count``, or ``desired_count + max_surge`` while a drain migrates (§6.1); and
+   never fewer either (take-down and backfill are one transaction, an original stops only
+   in the upkeep that sees its replacement run);
 2. once a worker is running and not draining, every owed task (``pending``, worker NULL) has
    a worker within ``2 x HEARTBEAT_INTERVAL`` (20 s of server time, measured from the first
    check that saw both the debt and the capacity, so the bound is never tighter than the
@@ -31,7 +35,10 @@ these invariants are checked against Postgres:
 4. a worker that became ``retired`` has no container or volume rows left (one ``destroyed``
    event each), no ``pending`` or ``running`` task, and the tasks it had are ``lost`` with
    ``stop_reason`` ``worker-retired`` (or ``worker-lost`` if it was already lost: its reap
-   may have come first).
+   may have come first);
+5. a running original is never stopped before its replacement runs (§6.1): a task that
+   became ``stopped`` (``drained``) since the previous check has a replacement that runs, or
+   ran at the previous check; no task has two active replacements.
 
 ``REAPER_FLEET_TIMELINES`` sets how many timelines run (default 12; a few hundred for a
 campaign).
@@ -112,6 +119,8 @@ step = st.one_of(
     st.tuples(st.just("retire"), idx),
     st.tuples(st.just("drain"), idx),
     st.tuples(st.just("undrain"), idx),
+    # a host rotated: drain with migrate, its deadline in ticks (3: comes soon)
+    st.tuples(st.just("rotate"), idx, st.sampled_from([3, 8, 30])),
     # a capacity gap: every placeable worker drained (or every live one silenced) for a while
     st.tuples(
         st.just("gap"), st.sampled_from(["drain", "drain", "silence"]), st.sampled_from([2, 4, 8])
@@ -120,6 +129,7 @@ step = st.one_of(
 timelines = st.tuples(
     st.integers(1, 3),  # workers at the start
     st.lists(st.integers(1, 3), min_size=1, max_size=2),  # desired counts of the services
+    st.integers(1, 2),  # every service's max_surge
     st.lists(step, min_size=8, max_size=16),
 )
 
@@ -270,7 +280,7 @@ class Driver:
 
     # ---- steps --------------------------------------------------------------------------
 
-    async def start(self, workers: int, desired: list[int]) -> None:
+    async def start(self, workers: int, desired: list[int], surge: int = 1) -> None:
         self.t0 = await self.server_now()
         for _ in range(workers):
             self.agents.append(Agent(self.fleet.name(f"x{self.ex}w{len(self.agents)}")))
@@ -279,7 +289,10 @@ class Driver:
         for si, d in enumerate(desired):
             service = f"s{si}"
             await self.pool.execute(
-                "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)", service, d
+                "INSERT INTO reaper.services (name, desired_count, max_surge) VALUES ($1, $2, $3)",
+                service,
+                d,
+                surge,
             )
             for j in range(d):
                 tid = f"{service}-init{j}"
@@ -322,6 +335,8 @@ class Driver:
             await self.retire(self.agent(s[1]))
         elif op in ("drain", "undrain"):
             await self.set_draining(self.agent(s[1]), op == "drain")
+        elif op == "rotate":
+            await self.rotate(self.agent(s[1]), s[2])
         elif op == "gap":
             await self.gap(s[1], s[2])
         else:  # pragma: no cover
@@ -371,6 +386,27 @@ class Driver:
         if not draining:
             self.revived.add(a.name)
         await self.check(f"{'drain' if draining else 'undrain'} of {a.name}")
+
+    async def rotate(self, a: Agent, deadline_ticks: int) -> None:
+        """Drain ``a`` with migrate (§6.1), as an autoscaler's termination hook does."""
+        if a.retired or a.draining:
+            return
+        handle = self.fleet.client.get_workflow_handle(liveness_id(a.name))
+        try:
+            await handle.signal(
+                "drain",
+                {"reason": "rotate", "migrate": True, "deadline": deadline_ticks * TICK},
+            )
+        except RPCError:
+            return
+        a.draining = True
+        self.count("rotations")
+        await eventually(
+            self.worker_rows,
+            lambda rows: rows.get(a.name, ("", None))[1] is True,
+            what=f"{a.name} draining in Postgres",
+        )
+        await self.check(f"rotate of {a.name}")
 
     async def gap(self, how: str, ticks: int) -> None:
         self.count(f"gaps by {how}")
@@ -444,6 +480,11 @@ class Driver:
             r["id"]: (r["service"], r["worker"], r["state"], r["stop_reason"], r["replaces"])
             for r in await self.pool.fetch("SELECT * FROM reaper.tasks")
         }
+        migrating = bool(
+            await self.pool.fetchval(
+                "SELECT count(*) FROM reaper.workers WHERE migrate_until IS NOT NULL"
+            )
+        )
         handles: dict[str, list[str]] = {}
         for r in await self.pool.fetch(
             "SELECT worker, handle FROM reaper.containers UNION ALL"
@@ -451,20 +492,44 @@ class Driver:
         ):
             handles.setdefault(r["worker"], []).append(r["handle"])
         desired = dict(await self.pool.fetch("SELECT name, desired_count FROM reaper.services"))
+        surges = dict(await self.pool.fetch("SELECT name, max_surge FROM reaper.services"))
         snap = Snapshot(now, workers, tasks, handles)
         prev = self.prev
         at = f"{where} (server {now.isoformat(timespec='seconds')})"
 
-        # (1) never above desired_count; and never below (take-down and backfill are atomic)
+        # (1) never above desired_count (+ max_surge while a drain migrates); never below
         for service, d in desired.items():
             active = [
                 t for t, v in tasks.items() if v[0] == service and v[2] in ("pending", "running")
             ]
-            if len(active) != d:
+            most = d + surges[service] if migrating else d
+            if not d <= len(active) <= most:
                 raise Violation(
-                    f"(1) {at}: service {service} has {len(active)} active tasks, desired {d}:"
-                    f" {sorted(active)}"
+                    f"(1) {at}: service {service} has {len(active)} active tasks, desired {d}"
+                    f" (at most {most}): {sorted(active)}"
                 )
+            if len(active) > d:
+                self.count("checks with a service surging")
+
+        # (5) an original stops only once its replacement runs; one active replacement each
+        active_by: dict[str, list[str]] = {}
+        for t, v in tasks.items():
+            if v[4] is not None and v[2] in ("pending", "running"):
+                active_by.setdefault(v[4], []).append(t)
+        if any(len(r) > 1 for r in active_by.values()):
+            raise Violation(f"(5) {at}: tasks with two active replacements: {active_by}")
+        was = prev.tasks if prev else {}
+        for t, v in tasks.items():
+            if v[3] != "drained" or was.get(t, (None, None, None, None))[3] == "drained":
+                continue
+            ran = [
+                r
+                for r, rv in tasks.items()
+                if rv[4] == t and (rv[2] == "running" or was.get(r, ("",) * 5)[2] == "running")
+            ]
+            if not ran:
+                raise Violation(f"(5) {at}: {t} stopped (drained) before a replacement ran")
+            self.count("originals stopped after their replacement ran")
 
         def placeable(w: str | None, rows: dict[str, tuple[str, bool]]) -> bool:
             return w in rows and rows[w][0] == "running" and not rows[w][1]
@@ -589,7 +654,9 @@ async def drop_db(pg_server_url: str, name: str) -> None:
         await admin.close()
 
 
-async def play(pg_server_url: str, workers: int, desired: list[int], steps: list[tuple]) -> None:
+async def play(
+    pg_server_url: str, workers: int, desired: list[int], steps: list[tuple], surge: int = 1
+) -> None:
     """One timeline on a fresh time-skipping server and a fresh database."""
     name = await fresh_db(pg_server_url)
     env = await WorkflowEnvironment.start_time_skipping(
@@ -606,7 +673,7 @@ async def play(pg_server_url: str, workers: int, desired: list[int], steps: list
         async with fleet_with(env, pool, monitor=True, **TIMINGS) as fleet:
             driver = Driver(fleet, pool)
             try:
-                await driver.start(workers, desired)
+                await driver.start(workers, desired, surge)
                 for s in steps:
                     await driver.play(s)
             except Violation as exc:
@@ -651,6 +718,7 @@ FLEET_TIMELINES = int(os.environ.get("REAPER_FLEET_TIMELINES", "12"))
     (
         2,
         [2],
+        1,
         [
             ("drain", 0),
             ("silence", 1),
@@ -668,6 +736,7 @@ FLEET_TIMELINES = int(os.environ.get("REAPER_FLEET_TIMELINES", "12"))
     (
         2,
         [1, 2],
+        1,
         [
             ("drain", 1),
             ("retire", 0),
@@ -687,6 +756,7 @@ FLEET_TIMELINES = int(os.environ.get("REAPER_FLEET_TIMELINES", "12"))
     (
         3,
         [3],
+        1,
         [
             ("gap", "silence", 8),
             ("advance", 2),
@@ -700,7 +770,46 @@ FLEET_TIMELINES = int(os.environ.get("REAPER_FLEET_TIMELINES", "12"))
 # a worker retired, its host back at once reinstalled (a new boot): a fresh clone's make test
 # (2026-12-05) found its beat reaching the run still retiring when the driver waited for the
 # row alone (timing-dependent: this example passed with the old wait too; it keeps the path).
-@example((2, [1], [("retire", 1), ("return", 1), ("advance", 2)]))
+@example((2, [1], 1, [("retire", 1), ("return", 1), ("advance", 2)]))
+# a host rotated (max_surge 2) while the worker its first replacement went to falls silent
+# and is lost: that replacement is reaped, the original runs on until another runs; then
+# the rotated host is retired once drained.
+@example(
+    (
+        3,
+        [3],
+        2,
+        [
+            ("rotate", 0, 30),
+            ("advance", 1),
+            ("silence", 1),
+            ("advance", 8),
+            ("advance", 3),
+            ("retire", 0),
+            ("advance", 2),
+        ],
+    )
+)
+# a rotation whose deadline comes with nowhere to go (the other worker drained), undrained
+# after; and a rotation called off by an undrain mid-way.
+@example(
+    (
+        2,
+        [2, 1],
+        1,
+        [
+            ("drain", 1),
+            ("rotate", 0, 3),
+            ("advance", 5),
+            ("undrain", 1),
+            ("advance", 2),
+            ("rotate", 1, 30),
+            ("advance", 1),
+            ("undrain", 1),
+            ("advance", 3),
+        ],
+    )
+)
 async def test_fleet_timelines_keep_the_placement_invariants(pg_server_url, timeline):
-    workers, desired, steps = timeline
-    await play(pg_server_url, workers, desired, capped(steps))
+    workers, desired, surge, steps = timeline
+    await play(pg_server_url, workers, desired, capped(steps), surge)

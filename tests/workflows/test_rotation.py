@@ -25,6 +25,7 @@ from tests.support.hosts import Hosts, service_counts, tasks_of
 from tests.support.polling import eventually
 from tests.support.scheduler import setup_service
 from tests.support.upgrade import sequence
+from workflows.common import STATE_ATTR
 
 HB = 10.0
 
@@ -97,6 +98,8 @@ async def test_a_migrating_drain_moves_every_task_replacement_first_and_says_dra
         await hosts.run(20 * HB, watch=watch)
         st = await fleet.state(w)
         assert st.drained and st.draining, st
+        desc = await fleet.client.get_workflow_handle(liveness_id(w)).describe()
+        assert desc.typed_search_attributes.get(STATE_ATTR) == "drained"  # the Web UI's
         assert hosts.tasks[w] == set()  # its agent removed the stopped originals
         tasks = await tasks_of(pool, service)
         originals = [t for t in tasks.values() if t["worker"] == w]
@@ -232,9 +235,21 @@ async def test_no_capacity_waits_and_resumes_when_a_worker_comes(
         await each_original_replaced_once(pool, service, w)
 
 
-async def test_the_draining_worker_force_reaped_mid_migration_replaces_no_task_twice(
-    time_env: WorkflowEnvironment, pool: asyncpg.Pool
+@pytest.mark.parametrize(
+    ("update", "reason", "state", "beats"),
+    [("force_reap", "host gone", "lost", 6), ("retire", "scale-in", "retired", 4)],
+    ids=["force-reaped", "retired"],
+)
+async def test_the_draining_worker_reaped_mid_migration_replaces_no_task_twice(
+    time_env: WorkflowEnvironment,
+    pool: asyncpg.Pool,
+    update: str,
+    reason: str,
+    state: str,
+    beats: int,
 ) -> None:
+    """A worker force-reaped or retired while a replacement of its is pending: each of its
+    tasks is replaced once, by the migration or by the reap, never by both."""
     async with fleet_with(time_env, pool, monitor=True) as fleet:
         hosts = await start_fleet(fleet, pool, tasks=3, surge=1)
         w, service = fleet.names[0], f"web-{fleet.suffix}"
@@ -243,9 +258,9 @@ async def test_the_draining_worker_force_reaped_mid_migration_replaces_no_task_t
         await until_pending_replacement(hosts, pool, service)
         hosts.silent.add(w)
         handle = fleet.client.get_workflow_handle(liveness_id(w))
-        answer = await handle.execute_update("force_reap", {"reason": "host gone"})
-        assert answer["accepted"] and answer["state"] == "lost", answer
-        await hosts.run(6 * HB, watch=watch)
+        answer = await handle.execute_update(update, {"reason": reason})
+        assert answer["accepted"] and answer["state"] == state, answer
+        await hosts.run(beats * HB, watch=watch)
         await each_original_replaced_once(pool, service, w)
 
 
@@ -308,23 +323,6 @@ async def test_undrain_mid_migration_ends_it_and_the_service_ends_at_its_desired
         assert len(hosts.tasks[w]) in (1, 2)  # those not yet moved keep running there
 
 
-async def test_retire_mid_migration_reaps_and_replaces_no_task_twice(
-    time_env: WorkflowEnvironment, pool: asyncpg.Pool
-) -> None:
-    async with fleet_with(time_env, pool, monitor=True) as fleet:
-        hosts = await start_fleet(fleet, pool, tasks=3, surge=1)
-        w, service = fleet.names[0], f"web-{fleet.suffix}"
-        watch = Watch(pool, service)
-        await drain(fleet, w, migrate=True)
-        await until_pending_replacement(hosts, pool, service)
-        hosts.silent.add(w)
-        handle = fleet.client.get_workflow_handle(liveness_id(w))
-        answer = await handle.execute_update("retire", {"reason": "scale-in"})
-        assert answer["accepted"] and answer["state"] == "retired", answer
-        await hosts.run(4 * HB, watch=watch)
-        await each_original_replaced_once(pool, service, w)
-
-
 async def test_at_the_deadline_what_is_left_stops_and_is_backfilled_once(
     time_env: WorkflowEnvironment, pool: asyncpg.Pool
 ) -> None:
@@ -380,3 +378,30 @@ async def test_a_deadline_in_full_disruption_waits_for_the_fleet_to_recover(
         assert tuple(t1) == ("stopped", "drain-deadline")
         await hosts.run(3 * HB)
         await each_original_replaced_once(pool, service, w)
+
+
+async def test_a_service_cannot_be_given_a_max_surge_below_one(
+    time_env: WorkflowEnvironment, pool: asyncpg.Pool
+) -> None:
+    """Bad input (§6): ``max_surge`` below 1 is refused by its CHECK; nothing changes."""
+    await pool.execute("INSERT INTO reaper.services (name, desired_count) VALUES ('s0', 1)")
+    with pytest.raises(asyncpg.CheckViolationError):
+        await pool.execute("UPDATE reaper.services SET max_surge = 0 WHERE name = 's0'")
+    assert await pool.fetchval("SELECT max_surge FROM reaper.services WHERE name = 's0'") == 1
+
+
+async def test_an_update_for_a_worker_that_never_beat_is_refused(
+    time_env: WorkflowEnvironment, pool: asyncpg.Pool
+) -> None:
+    """A liveness started by a malformed first beat knows no worker yet: every operator
+    update is refused (§6.3: an unknown worker), and changes nothing."""
+    async with fleet_with(time_env, pool) as fleet:
+        w = fleet.name("w")
+        st = await fleet.raw(w, {"worker": w, "boot_id": "b", "seq": "not a number"})
+        assert st.rejected == 1 and st.last_seq is None
+        handle = fleet.client.get_workflow_handle(liveness_id(w))
+        for name in ("drain", "force_reap", "retire", "undrain"):
+            with pytest.raises(WorkflowUpdateFailedError) as err:
+                await handle.execute_update(name, {"reason": "x"})
+            assert "never sent a valid heartbeat" in str(err.value.cause), name
+        assert await pool.fetchval("SELECT count(*) FROM reaper.workers WHERE name = $1", w) == 0

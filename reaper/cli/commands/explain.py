@@ -72,7 +72,7 @@ async def explain_one(
     from reaper.cli import facts, read
     from reaper.cli.commands.workers import find_database_url
     from reaper.core.models import Timings
-    from reaper.core.policy import explain
+    from reaper.core.policy import explain, explain_drain, explain_rows
 
     if kind is not None and kind not in KINDS:
         raise CliError(f"explain: KIND must be one of {', '.join(KINDS)}, not {kind!r}", 2)
@@ -113,7 +113,7 @@ async def explain_one(
             t, grace, shell = clock.timings, clock.grace_until, False
         if kind == "worker":
             if w is None:
-                e = explain.explain_gone("worker", name, history)
+                e = explain_rows.explain_gone("worker", name, history)
             else:
                 if view is not None:
                     last = view.last_heartbeat_at or w.last_heartbeat_at
@@ -122,23 +122,22 @@ async def explain_one(
                 drain = await read.drain_state(conn, name)
                 if drain is not None and drain.draining:
                     rows = await read.migration_rows(conn, name, None)
-                    facts_ = [explain.MigrationFacts(*r) for r in rows]
-                    e.notes += explain.explain_drain(
-                        drain.migrate_until, drain.drained_at, facts_, now
+                    e.notes += explain_drain.explain_drain(
+                        drain.migrate_until, drain.drained_at, rows, now
                     )
         else:
             if row is None:
-                e = explain.explain_gone(kind, name, history)
+                e = explain_rows.explain_gone(kind, name, history)
             else:
                 owner = await facts.worker_facts(conn, row.worker) if row.worker else None
                 if owner is not None and view is not None:
                     last = view.last_heartbeat_at or owner.last_heartbeat_at
                     owner = replace(owner, state=view.state, last_heartbeat_at=last)
-                e = explain.explain_row(row, owner, fleet, t, now, grace)
+                e = explain_rows.explain_row(row, owner, fleet, t, now, grace)
     finally:
         await conn.close()
     out = e.as_dict()
-    out["history"] = explain.history(history)
+    out["history"] = explain_rows.history(history)
     out["notes"] += notes
     out["timings"] = (
         "as this shell's settings say (REAPER_* and .env): the controller did not say"

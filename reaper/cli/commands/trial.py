@@ -5,9 +5,9 @@ with ``desired_count``, its tasks ``pending`` and placed round-robin on the runn
 non-draining workers, and one container and one volume row per task. With ``--agents-dir``
 it also creates those containers and volumes in the reference agents' state directories
 (``DIR/WORKER/containers/...``), as a scheduler would tell its workers to; without it the
-rows are missing on their workers and are destroyed after ``MISSING_TTL``. With
-``--tasks-only`` it writes no container or volume rows: the ``docker`` runtime reports a
-task's container and volumes as the task.
+rows are missing on their workers and are destroyed once missing as long as their kind waits
+(``policy.collection.destroy_after``). With ``--tasks-only`` it writes no container or volume
+rows: the ``docker`` runtime reports a task's container and volumes as the task.
 
 It can run again: a service that exists is brought to ``--count`` (its ``desired_count``
 set, only the tasks its active ones fall short of placed), as applying a scheduler's

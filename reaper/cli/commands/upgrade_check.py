@@ -40,7 +40,7 @@ TYPES = ("WorkerLiveness", "HandleCollector", "WorkerReap", "FleetMonitor")
 """The workflow types reaper runs (``workflows.ALL_WORKFLOWS``)."""
 
 
-@app.command("upgrade-check", short_help="Would this release take over every running run?")
+@app.command("upgrade-check", short_help="Check that this release can take over every running run.")
 def upgrade_check(
     address: str | None = ADDRESS_OPTION,
     namespace: str | None = NAMESPACE_OPTION,

@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import typer
-from rich import box
-from rich.table import Table
 
 from reaper.cli.agent_connection import query_state
 from reaper.cli.app import (
@@ -29,12 +27,11 @@ from reaper.cli.app import (
     app,
     connect_temporal,
     connection_settings_from,
-    console,
-    err,
     exit_now,
     fail,
     progress,
 )
+from reaper.cli.commands.workers_table import print_overview, report_fields
 from reaper.core.config import ConfigError, ConnectionSettings, Settings, load_settings
 from reaper.core.contract import LIVENESS_WORKFLOW, StateView
 
@@ -45,8 +42,6 @@ QUERY_CONCURRENCY = 16
 """At most this many ``state`` queries in flight for ``reaper workers``."""
 QUERY_TIMEOUT_S = 5.0
 """Deadline of one worker's ``state`` query, in seconds."""
-_STATE_STYLE = {"running": "green", "stalled": "yellow", "lost": "red", "retired": "dim"}
-_FLEET_STYLE = {"normal": "green", "partial": "yellow", "full": "red"}
 
 
 DEFAULT_RESYNC_S = float(Settings.model_fields["resync_interval"].default)
@@ -105,30 +100,6 @@ async def _postgres_view(url: str, notes: list[str], include_retired: bool) -> _
         return _PostgresView()
     fleet = None if row is None else {"state": row.state, "since": row.since.isoformat()}
     return _PostgresView(running, fleet, retired, reports)
-
-
-def report_fields(times: read.ReportTimes | None, resync_interval: float) -> dict[str, Any]:
-    """A worker's ``complete_reports`` (kind -> ISO time or ``None``) and ``liveness_only``
-    (``{"since", "kinds"}`` as ``policy.reports.liveness_only`` judges the row, or ``None``),
-    both ``None`` when its row is not known."""
-    from reaper.core.policy.reports import liveness_only
-
-    if times is None:
-        return {"complete_reports": None, "liveness_only": None}
-    verdict = liveness_only(
-        times.state, times.last_heartbeat_at, times.complete_at, resync_interval
-    )
-    return {
-        "complete_reports": {
-            kind: at.isoformat() if at else None for kind, at in times.complete_at.items()
-        },
-        "liveness_only": None
-        if verdict is None
-        else {
-            "since": verdict.since.isoformat() if verdict.since else None,
-            "kinds": list(verdict.kinds),
-        },
-    }
 
 
 def _retired_row(
@@ -225,12 +196,18 @@ async def fleet_overview(
         if view.state == "retired" and not include_retired:
             continue  # retired a moment ago; its liveness is about to complete
         last = view.last_heartbeat_at
+        row = pg.reports.get(view.worker) if pg.reports is not None else None
+        # Drained as soon as either says so: Postgres holds it first (`drain --wait` and
+        # `explain` read it there), the liveness a signal later.
+        drained = view.draining and (
+            view.drained or (row is not None and row.drained_at is not None)
+        )
         workers.append(
             {
                 "worker": view.worker,
                 "state": view.state,
                 "draining": view.draining,
-                "drained": view.drained,
+                "drained": drained,
                 "last_heartbeat_at": last.isoformat() if last else None,
                 "age_s": round((now - last).total_seconds(), 1) if last else None,
                 "missing": view.missing,
@@ -239,10 +216,7 @@ async def fleet_overview(
                 "last_seq": view.last_seq,
                 "assignments": len(view.assignments),
                 "orphans": len(view.orphans),
-                **report_fields(
-                    pg.reports.get(view.worker) if pg.reports is not None else None,
-                    resync_interval,
-                ),
+                **report_fields(row, resync_interval),
             }
         )
     if retired:
@@ -254,84 +228,6 @@ async def fleet_overview(
     if include_tasks:
         overview["tasks"] = tasks
     return overview
-
-
-def age(seconds: float | None) -> str:
-    """A heartbeat's age for people: ``42s ago``, ``5m ago``, ``2.5h ago`` or ``never``."""
-    if seconds is None:
-        return "never"
-    if seconds < 120:
-        return f"{seconds:.0f}s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
-
-
-def complete_report(w: dict[str, Any], now: datetime) -> str:
-    """The *complete report* cell: how long ago the worker's oldest kind last came complete
-    as its row holds it (``2s ago``; ``never`` if one never came; ``?`` if its row is
-    unknown), in yellow when ``policy.reports`` says it beats liveness only (its state cell
-    then says so too)."""
-    times = w.get("complete_reports")
-    if not times:
-        return "?"
-    known = [datetime.fromisoformat(t) for t in times.values() if t]
-    ago = age((now - min(known)).total_seconds()) if len(known) == len(times) else "never"
-    return ago if w.get("liveness_only") is None else f"[yellow]{ago}[/]"
-
-
-def print_overview(overview: dict[str, Any]) -> None:
-    """The fleet line and the workers table of :func:`fleet_overview`'s result."""
-    from reaper.core.policy.explain import clock
-
-    fleet = overview["fleet"]
-    if fleet is not None:
-        style = _FLEET_STYLE.get(fleet["state"], "")
-        since = clock(datetime.fromisoformat(fleet["since"]))
-        console.print(f"fleet: [{style}]{fleet['state']}[/] since {since}", highlight=False)
-    # Seven columns in 80: a rule under the header and none between the columns, one word
-    # per header, a worker's name never cut (the state wraps first; issue 35).
-    table = Table(
-        title=f"{len(overview['workers'])} workers",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    numbers = ("missing", "orphans", "tasks")
-    table.add_column("worker", no_wrap=True)
-    table.add_column("state", min_width=10)
-    for col in ("heartbeat", "report", *numbers):
-        table.add_column(col, justify="right" if col in numbers else "left")
-    now = datetime.now(UTC)
-    for w in overview["workers"]:
-        if "error" in w:
-            table.add_row(w["worker"], f"[red]{w['error']}[/]", "", "", "", "", "")
-            continue
-        state = f"[{_STATE_STYLE.get(w['state'], '')}]{w['state']}[/]"
-        if w.get("drained"):
-            state += " [magenta](drained)[/]"
-        elif w["draining"]:
-            state += " [magenta](draining)[/]"
-        if w.get("liveness_only") is not None:
-            state += " [yellow](liveness only)[/]"
-        tasks = "?" if w["running_tasks"] is None else str(w["running_tasks"])
-        table.add_row(
-            w["worker"],
-            state,
-            age(w["age_s"]),
-            complete_report(w, now),
-            str(w["missing"]),
-            str(w["orphans"]),
-            tasks,
-        )
-    console.print(table, soft_wrap=False)
-    if overview.get("tasks") is not None:
-        from reaper.cli.commands.worker_tasks import print_tasks
-
-        print_tasks(overview["tasks"])
-    for note in overview["notes"]:
-        err.print(f"[yellow]note:[/] {note}", highlight=False)
 
 
 @app.command(short_help="The fleet: one row per worker, with its state and counts.")

@@ -5,8 +5,8 @@ directory, so it can run beside ``reaper run``; then three ``reaper agent`` proc
 with ``--retire-on-stop``), a service of three tasks (one per agent) and a container and a
 volume per agent. Then:
 
-a. one agent loses a volume entry: the row is destroyed once ``MISSING_TTL`` has passed, and
-   not before;
+a. one agent loses a volume entry: the row is destroyed once it has been missing as long as a
+   volume waits (``policy.collection.destroy_after``), and not before;
 b. another agent is killed with SIGKILL: its worker goes ``stalled``, then ``lost``; its task
    becomes ``lost`` and a replacement runs on a surviving agent;
 c. the killed agent comes back (new boot id, same directory, so it still holds its old task):

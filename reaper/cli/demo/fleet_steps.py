@@ -9,7 +9,7 @@ import time
 from functools import partial
 from typing import TypeVar
 
-from reaper.cli import read
+from reaper.cli.demo import observe
 from reaper.cli.demo.session import (
     AGENTS,
     JOINING,
@@ -28,7 +28,7 @@ async def step_scale_in(d: Demo) -> None:
     lost (``worker-retired``) and replaced on a survivor at once, with no ``LOST_AFTER``."""
     t, s = d.timeline, d.settings
     step, victim = "(d) scale-in", LEAVING
-    held = await read.running_tasks_on(d.db, victim)
+    held = await observe.running_tasks_on(d.db, victim)
     if not held:
         raise DemoFailed(step, f"{victim} holds no running task before it leaves")
     stopped = time.monotonic()
@@ -41,13 +41,13 @@ async def step_scale_in(d: Demo) -> None:
     for task in held:
         await d.until(
             f"{step}: {task} lost",
-            partial(read.task, d.db, task),
+            partial(observe.task, d.db, task),
             lambda r: r is not None and r.state == "lost" and r.stop_reason == "worker-retired",
             STEP_TIMEOUT_S,
         )
         repl = await d.until(
             f"{step}: replacement of {task} placed",
-            partial(read.replacement_of, d.db, task),
+            partial(observe.replacement_of, d.db, task),
             lambda r: r is not None and r.worker is not None,
             STEP_TIMEOUT_S,
         )
@@ -62,7 +62,7 @@ async def step_scale_in(d: Demo) -> None:
         )
     await d.until(
         f"{step}: {victim} retired",
-        lambda: read.worker_state(d.db, victim),
+        lambda: observe.worker_state(d.db, victim),
         lambda st: st == "retired",
         STEP_TIMEOUT_S,
     )
@@ -99,7 +99,7 @@ async def step_scale_out(d: Demo) -> None:
             STEP_TIMEOUT_S,
         )
     t(f"(e) reaper drain {' and '.join(remaining)}: both draining, no worker can take new work")
-    held = await read.running_tasks_on(d.db, leaving)
+    held = await observe.running_tasks_on(d.db, leaving)
     if not held:
         raise DemoFailed(step, f"{leaving} holds no running task before it leaves")
     await d.cli(step, "retire", leaving, "--reason", "demo: scale-in")
@@ -107,7 +107,7 @@ async def step_scale_out(d: Demo) -> None:
     for task in held:
         repl = await d.until(
             f"{step}: replacement of {task} owed",
-            partial(read.replacement_of, d.db, task),
+            partial(observe.replacement_of, d.db, task),
             lambda r: r is not None,
             STEP_TIMEOUT_S,
         )
@@ -119,7 +119,7 @@ async def step_scale_out(d: Demo) -> None:
         owed.append(repl.id)
     await d.until(
         f"{step}: {leaving} retired",
-        lambda: read.worker_state(d.db, leaving),
+        lambda: observe.worker_state(d.db, leaving),
         lambda st: st == "retired",
         STEP_TIMEOUT_S,
     )
@@ -135,11 +135,11 @@ async def step_scale_out(d: Demo) -> None:
     for task_id in owed:
         await d.until(
             f"{step}: {task_id} placed on {JOINING}",
-            partial(read.task, d.db, task_id),
+            partial(observe.task, d.db, task_id),
             lambda r: r is not None and r.worker is not None,
             STEP_TIMEOUT_S,
         )
-        row = await read.task(d.db, task_id)
+        row = await observe.task(d.db, task_id)
         assert row is not None
         if row.worker != JOINING:
             raise DemoFailed(step, f"owed {task_id} placed on {row.worker!r}, not on {JOINING}")
@@ -160,7 +160,7 @@ async def _started(d: Demo, step: str, placed: dict[str, str]) -> None:
     for task_id, worker in placed.items():
         await d.until(
             f"{step}: {task_id} running",
-            partial(read.task_state, d.db, task_id),
+            partial(observe.task_state, d.db, task_id),
             lambda st: st == "running",
             STEP_TIMEOUT_S,
         )
@@ -172,11 +172,11 @@ async def _at_desired(d: Demo, step: str) -> None:
     """The service is back at 3 running tasks, and has exactly 3 active (none owed)."""
     await d.until(
         f"{step}: service {SERVICE} back at 3 running",
-        lambda: read.running_tasks_of(d.db, SERVICE),
+        lambda: observe.running_tasks_of(d.db, SERVICE),
         lambda n: n == 3,
         STEP_TIMEOUT_S,
     )
-    active = await read.active_tasks_of(d.db, SERVICE)
+    active = await observe.active_tasks_of(d.db, SERVICE)
     if active != 3:
         raise DemoFailed(step, f"{active} active tasks in {SERVICE}, want exactly 3")
 

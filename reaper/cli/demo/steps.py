@@ -18,6 +18,7 @@ from functools import partial
 from typing import TypeVar
 
 from reaper.cli import read, scheduler
+from reaper.cli.demo import observe
 from reaper.cli.demo.fleet_steps import step_scale_in, step_scale_out
 from reaper.cli.demo.session import (
     AGENTS,
@@ -67,7 +68,7 @@ async def run_steps(d: Demo) -> None:
         task = f"{SERVICE}-{i}"
         await d.until(
             f"{task} running on {name}",
-            partial(read.task_state, d.db, task),
+            partial(observe.task_state, d.db, task),
             lambda st: st == "running",
             STEP_TIMEOUT_S,
         )
@@ -112,7 +113,7 @@ async def step_missing_volume(d: Demo) -> None:
     t(f"(a) removed volume entry {handle} from {worker}")
     marked = await d.until(
         step,
-        lambda: read.handle_missing_since(d.db, "volumes", handle),
+        lambda: observe.handle_missing_since(d.db, "volumes", handle),
         lambda v: v is not None,
         STEP_TIMEOUT_S,
     )
@@ -122,7 +123,7 @@ async def step_missing_volume(d: Demo) -> None:
     last_present: datetime | None = None
     deadline = time.monotonic() + ttl + STEP_TIMEOUT_S
     while True:
-        now, present = await read.handle_present(d.db, "volumes", handle)
+        now, present = await observe.handle_present(d.db, "volumes", handle)
         if not present:
             gone_at = now
             break
@@ -132,7 +133,7 @@ async def step_missing_volume(d: Demo) -> None:
                 step, f"{handle} still present {ttl + STEP_TIMEOUT_S:g}s after it was marked"
             )
         await asyncio.sleep(0.1)
-    event = await read.destroyed_event(d.db, "volume", handle)
+    event = await observe.destroyed_event(d.db, "volume", handle)
     if event is None:
         raise DemoFailed(step, f"no events row 'destroyed' for {handle}")
     if event.at < due:
@@ -167,7 +168,7 @@ async def step_kill_agent(d: Demo) -> None:
 
     async def states() -> tuple[str, str | None]:
         view = await d.view(victim)
-        return view.state, await read.worker_state(d.db, victim)
+        return view.state, await observe.worker_state(d.db, victim)
 
     await d.until(f"(b) {victim} stalled", states, both("stalled"), s.stall_after + STEP_TIMEOUT_S)
     t(
@@ -181,14 +182,14 @@ async def step_kill_agent(d: Demo) -> None:
     )
     await d.until(
         f"(b) {task} lost",
-        lambda: read.task(d.db, task),
+        lambda: observe.task(d.db, task),
         lambda r: r is not None and r.state == "lost",
         STEP_TIMEOUT_S,
     )
     t(f"(b) task {task} lost (stop_reason worker-lost)")
     repl = await d.until(
         f"(b) replacement of {task} placed",
-        lambda: read.replacement_of(d.db, task),
+        lambda: observe.replacement_of(d.db, task),
         lambda r: r is not None,
         STEP_TIMEOUT_S,
     )
@@ -202,7 +203,7 @@ async def step_kill_agent(d: Demo) -> None:
     t(f"(b) replacement {new_id} (replaces {task}) placed on {target}")
     await d.until(
         f"(b) replacement {new_id} running",
-        lambda: read.task_state(d.db, new_id),
+        lambda: observe.task_state(d.db, new_id),
         lambda st: st == "running",
         STEP_TIMEOUT_S,
     )
@@ -210,7 +211,7 @@ async def step_kill_agent(d: Demo) -> None:
         raise DemoFailed(f"(b) replacement {new_id} running", f"no entry in {target}'s tasks/")
     await d.until(
         f"(b) service {SERVICE} back at 3 running",
-        lambda: read.running_tasks_of(d.db, SERVICE),
+        lambda: observe.running_tasks_of(d.db, SERVICE),
         lambda n: n == 3,
         STEP_TIMEOUT_S,
     )
@@ -265,8 +266,8 @@ async def step_return(d: Demo) -> None:
 
 async def _no_duplicate(d: Demo, task: str) -> None:
     """The reaped ``task`` is still ``lost`` and the service has exactly 3 running tasks."""
-    state = await read.task_state(d.db, task)
-    running = await read.running_tasks_of(d.db, SERVICE)
+    state = await observe.task_state(d.db, task)
+    running = await observe.running_tasks_of(d.db, SERVICE)
     if state != "lost" or running != 3:
         raise DemoFailed(
             "(c) no duplicate",

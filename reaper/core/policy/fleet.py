@@ -12,11 +12,24 @@ from enum import Enum
 
 
 class FleetState(str, Enum):
-    """Fleet disruption states, after Kubernetes' zone states (nodelifecycle controller)."""
+    """How disrupted the fleet is (CONTRACT.md rule 6), judged on the whole fleet at once.
+
+    The idea is Kubernetes' node lifecycle controller's (stop evicting when a large share
+    of nodes goes unhealthy at once: the control plane, not the nodes, is then likely at
+    fault), but the words mean reaper's things: there is one fleet, not a zone per failure
+    domain; "unhealthy" counts ``stalled`` and ``lost`` workers (Kubernetes counts
+    NotReady and Unknown nodes); and what full disruption holds back is reaping and every
+    automatic destroy or stop (Kubernetes holds evictions, and in a partial disruption
+    slows them, which reaper does by its reap rate in every state).
+    """
 
     normal = "normal"
+    """No worker is stalled or lost."""
     partial = "partial"
+    """Some are, fewer than ``REAPER_DISRUPTION_THRESHOLD`` of the fleet: reaps go on."""
     full = "full"
+    """At least that share is: nothing is reaped, destroyed or stopped automatically until
+    it falls below, and then every worker gets a fresh ``LOST_AFTER``."""
 
 
 def fleet_state(healthy: int, unhealthy: int, threshold: float) -> FleetState:

@@ -7,7 +7,6 @@ All times are timezone-aware UTC ``datetime``s; all durations are seconds.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
@@ -224,7 +223,8 @@ def is_return(
 ) -> bool:
     """Whether an accepted heartbeat is the worker's return to ``running``.
 
-    A return is a beat from a ``stalled`` or ``lost`` worker, or any beat after
+    A return is a beat from a worker in a state a beat leaves (``states.WORKERS``:
+    ``stalled``, ``lost``; not ``running``), or any beat after
     ``stall_after`` seconds of silence, even one the liveness was too busy to judge in time
     (same boundary as the deadline timer, so a replay decides alike). A return restarts
     every mark: reports taken before it never decide (rule 4). A forced reap that is still
@@ -240,7 +240,7 @@ def is_return(
     """
     if forced_reap_pending:
         return False
-    if current is not WorkerState.running:
+    if WORKERS[current].left_by_a_beat:
         return True
     return (
         last_heartbeat_at is not None and (now - last_heartbeat_at).total_seconds() >= stall_after
@@ -270,56 +270,3 @@ def clock_is_stale(now: datetime, deadline: datetime) -> bool:
         deadline: the deadline the fired timer was armed for (UTC).
     """
     return now < deadline
-
-
-@dataclass(frozen=True)
-class ReturnMarks:
-    """What recording a worker's state does to its marks (rule 4).
-
-    Attributes:
-        clear: clear every ``missing_since`` of the worker now: it returned.
-        restamp: the return was a silence the liveness could not judge in time (a busy
-            controller; the row still shows the state it returned to): move the row's
-            ``state_since`` to the return, so reports taken before it are skipped.
-        cleared: this return's marks are cleared, now or by an earlier attempt of the same
-            record (the liveness then shows no missing handles until the next report).
-    """
-
-    clear: bool = False
-    restamp: bool = False
-    cleared: bool = False
-
-
-def marks_at_record(
-    recorded: WorkerState | str | None,
-    recorded_since: datetime | None,
-    new: WorkerState | str,
-    returned_at: datetime | None,
-) -> ReturnMarks:
-    """Whether recording ``new`` over the row's ``recorded`` state (``None``: a new worker)
-    is a return that clears the worker's marks (CONTRACT.md rule 4: time stalled or lost
-    does not count; the first complete report after the return decides).
-
-    A return is a record into a deciding state (``running``) from an unhealthy one, or, with
-    ``returned_at`` (the liveness judged a beat after ``STALL_AFTER`` of silence a return),
-    one whose row already shows that state since before the return: a silence the liveness
-    could not judge in time. A record that carries ``returned_at`` over a row whose marks
-    were cleared already (a retry of the same record) clears nothing more.
-
-    Args:
-        recorded: the row's state before this record (``None``: no row).
-        recorded_since: the row's ``state_since`` (UTC).
-        new: the state recorded.
-        returned_at: the return this record writes (UTC), ``None`` if none.
-    """
-    if recorded is None or not WORKERS[WorkerState(new)].decides:
-        return ReturnMarks()
-    unjudged = (
-        returned_at is not None
-        and WorkerState(recorded) is WorkerState(new)
-        and recorded_since is not None
-        and recorded_since < returned_at
-    )
-    if WORKERS[WorkerState(recorded)].unhealthy or unjudged:
-        return ReturnMarks(clear=True, restamp=unjudged, cleared=True)
-    return ReturnMarks(cleared=returned_at is not None)

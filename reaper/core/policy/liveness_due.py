@@ -6,6 +6,8 @@ Pure: no I/O, no Temporal; table-tested in tests/policy/test_liveness_machine.py
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 
 from reaper.core.contract import WorkerState
@@ -124,3 +126,48 @@ def shown_values(live: LivenessState) -> tuple[str, int]:
     if live.draining and live.state is WorkerState.running:
         shown = "drained" if live.drained_at is not None else "draining"
     return shown, sum(status.missing for status in live.collected.values())
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    """What the liveness writes of its worker when its state is recorded
+    (``record_worker_state``), and what that write's ``events`` row says.
+
+    Attributes:
+        state: the state to write.
+        at: its ``state_since`` (UTC).
+        reason: the ``events`` row's reason after ``from -> to``: the reap's reason when
+            the worker is lost (``no heartbeat for 300s``, an operator's ``force_reap``
+            reason), else ``None``.
+        actor: who did it (``reaper``, an operator), with ``reason``.
+        returned_at: the return this record writes (its marks are cleared by this one
+            write and its retries, rule 4), ``None`` if none is new.
+        forced_reap: the worker is lost by an operator's ``force_reap``.
+        change: ``running -> lost``, ``new -> running``, or ``refresh`` (for the log).
+    """
+
+    state: WorkerState
+    at: datetime
+    reason: str | None
+    actor: str | None
+    returned_at: datetime | None
+    forced_reap: bool
+    change: str
+
+
+def state_record(live: LivenessState, now: datetime) -> StateRecord:
+    """What :data:`Step.record` writes now (``now``: UTC, used when the state has no
+    ``state_since`` yet): the state, the reason and actor of its event, a new return."""
+    state = live.state
+    reap = live.reap_request if state is WorkerState.lost else None
+    new_return = state is WorkerState.running and live.recorded_return != live.returned_at
+    before = live.recorded_state.value if live.recorded_state else "new"
+    return StateRecord(
+        state=state,
+        at=live.state_since or now,
+        reason=reap.reason if reap else None,
+        actor=reap.actor if reap else None,
+        returned_at=live.returned_at if new_return else None,
+        forced_reap=live.reap_forced and state is WorkerState.lost,
+        change=f"{before} -> {state.value}" if live.recorded_state is not state else "refresh",
+    )

@@ -34,7 +34,15 @@ from reaper.core.policy.liveness_clock import (
     judge,
     next_deadline,
 )
-from reaper.core.policy.liveness_due import ORDER, Step, due_steps, needs, shown_values
+from reaper.core.policy.liveness_due import (
+    ORDER,
+    StateRecord,
+    Step,
+    due_steps,
+    needs,
+    shown_values,
+    state_record,
+)
 from reaper.core.policy.migration import return_undrains
 
 __all__ = [
@@ -246,51 +254,6 @@ def retire(live: LivenessState, req: ReasonInput) -> Outcome:
         return Outcome("ignored", f"retire of boot {req.boot_id} ignored: gone")
     live.retire_request, live.retire_automatic, live.retire_retry_at = req, False, None
     return Outcome("accepted")
-
-
-@dataclass(frozen=True)
-class StateRecord:
-    """What the liveness writes of its worker when its state is recorded
-    (``record_worker_state``), and what that write's ``events`` row says.
-
-    Attributes:
-        state: the state to write.
-        at: its ``state_since`` (UTC).
-        reason: the ``events`` row's reason after ``from -> to``: the reap's reason when
-            the worker is lost (``no heartbeat for 300s``, an operator's ``force_reap``
-            reason), else ``None``.
-        actor: who did it (``reaper``, an operator), with ``reason``.
-        returned_at: the return this record writes (its marks are cleared by this one
-            write and its retries, rule 4), ``None`` if none is new.
-        forced_reap: the worker is lost by an operator's ``force_reap``.
-        change: ``running -> lost``, ``new -> running``, or ``refresh`` (for the log).
-    """
-
-    state: WorkerState
-    at: datetime
-    reason: str | None
-    actor: str | None
-    returned_at: datetime | None
-    forced_reap: bool
-    change: str
-
-
-def state_record(live: LivenessState, now: datetime) -> StateRecord:
-    """What :data:`Step.record` writes now (``now``: UTC, used when the state has no
-    ``state_since`` yet): the state, the reason and actor of its event, a new return."""
-    state = live.state
-    reap = live.reap_request if state is WorkerState.lost else None
-    new_return = state is WorkerState.running and live.recorded_return != live.returned_at
-    before = live.recorded_state.value if live.recorded_state else "new"
-    return StateRecord(
-        state=state,
-        at=live.state_since or now,
-        reason=reap.reason if reap else None,
-        actor=reap.actor if reap else None,
-        returned_at=live.returned_at if new_return else None,
-        forced_reap=live.reap_forced and state is WorkerState.lost,
-        change=f"{before} -> {state.value}" if live.recorded_state is not state else "refresh",
-    )
 
 
 # ---- the one entry point -------------------------------------------------------------------
