@@ -18,127 +18,35 @@ agents' lists and, as soon as an agent's beat carrying a task is accepted by Tem
 counts it running and hands on the next. From the first hand-out to the last task reported
 is what the agents take to report the replacements running. Target: reaper within the floor
 plus ``2 x HEARTBEAT_INTERVAL`` per wave (one upkeep to place and one to stop, each up to an
-interval away).
+interval away). The floor's driver and the waves are in bench/rotate_floor.py, the metric's
+line in bench/rotate_report.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
-import statistics
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 from temporalio.client import Client
 
 from bench.common import Progress, wait_settled, wait_until
 from bench.env import BenchEnv, timings
-from bench.result import Metric, verdict
+from bench.result import Metric
+from bench.rotate_floor import Waves, batches, floor, wave_ends
+from bench.rotate_report import metric
 from reaper.core.policy import rollout
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
 from workflows.common import liveness_id
 
-T = TypeVar("T")
-
 SURGES = (("10a", 1), ("10b", 5))
 """The metric and its services' ``max_surge``."""
 DEADLINE = "1h"
 """The drain's deadline: far enough never to fire here."""
-
-
-@dataclass
-class Waves:
-    """One migration, reaper's or the floor's; seconds from its start (``t0``)."""
-
-    total: float
-    ends: list[float]
-    """When each wave ended: its last original stopped (reaper), its last task reported
-    (the floor)."""
-    parts: list[tuple[float, float, float]] = field(default_factory=list)
-    """Reaper's waves only: the slowest service's (placed, running, stopped) after the wave
-    before ended: the upkeep's placement, the agent's start and report, the upkeep's stop."""
-
-    def durations(self) -> list[float]:
-        return [b - a for a, b in zip([0.0, *self.ends[:-1]], self.ends, strict=True)]
-
-
-def wave_ends(per_service: Sequence[Sequence[float]]) -> list[float]:
-    """The end of each wave: the ``k``-th end of every service (its ``k``-th batch's last
-    task), the latest over services; services with fewer waves count in the waves they
-    have."""
-    depth = max((len(s) for s in per_service), default=0)
-    return [max(s[k] for s in per_service if len(s) > k) for k in range(depth)]
-
-
-def batches(items: Sequence[T], surge: int) -> list[Sequence[T]]:
-    """``items`` in waves of ``surge``, in order."""
-    return [items[i : i + surge] for i in range(0, len(items), surge)]
-
-
-# ---- the floor ------------------------------------------------------------------------------
-
-
-async def floor(
-    client: Client,
-    task_queue: str,
-    targets: list[str],
-    services: dict[str, list[str]],
-    surge: int,
-    hb: float,
-) -> Waves:
-    """The agents alone: ``targets`` beat ``BenchNoop`` every ``hb`` seconds; each service
-    keeps ``surge`` tasks in flight, each handed to the least loaded agent and counted done
-    when an accepted beat carried it, the service's next task handed out at once (as reaper
-    refills a service's surge). Its waves are each service's tasks ``surge`` at a time, in
-    the order handed out."""
-    reported: dict[str, asyncio.Event] = {}
-    done: dict[str, float] = {}
-
-    def on_beat(a: SimAgent, beats: list[dict[str, Any]], sent: float, acked: float | None) -> None:
-        if acked is None:
-            return
-        for t in beats[-1].get("tasks", ()):
-            if t in reported and not reported[t].is_set():
-                done[t] = time.monotonic()
-                reported[t].set()
-
-    fleet = SimFleet(client, task_queue, hb, workflow="BenchNoop", on_beat=on_beat)
-    agents = [SimAgent(n, lists={"containers": [], "volumes": [], "tasks": []}) for n in targets]
-    fleet.start()
-    fleet.add(agents, spread=hb)
-    try:
-        await asyncio.sleep(2 * hb)  # every agent past its first beat: a steady fleet
-        t0 = time.monotonic()
-
-        def least_loaded() -> SimAgent:
-            return min(agents, key=lambda a: (len((a.lists or {})["tasks"]), a.name))
-
-        async def slot(queue: list[str], order: list[str]) -> None:
-            while queue:
-                t = queue.pop(0)
-                order.append(t)
-                reported[t] = asyncio.Event()
-                (least_loaded().lists or {})["tasks"].append(t)
-                await reported[t].wait()
-
-        orders: list[list[str]] = [[] for _ in services]
-        slots = [
-            slot(queue, orders[j])
-            for j, queue in enumerate(list(ids) for ids in services.values())
-            for _ in range(surge)
-        ]
-        await asyncio.wait_for(asyncio.gather(*slots), 600)
-    finally:
-        await fleet.stop()
-    per_service = [[max(done[t] - t0 for t in b) for b in batches(o, surge)] for o in orders]
-    ends = wave_ends(per_service)
-    return Waves(max(ends), ends)
 
 
 # ---- reaper ---------------------------------------------------------------------------------
@@ -311,7 +219,7 @@ async def run(
             )
             progress(f"  rotation, max_surge {surge}: drained {waves.total:.2f} s after the answer")
             out.append(
-                _metric(
+                metric(
                     key,
                     surge,
                     waves,
@@ -322,6 +230,7 @@ async def run(
                     len(plan),
                     tasks,
                     others,
+                    DEADLINE,
                 )
             )
     finally:
@@ -335,64 +244,3 @@ async def run(
             f"the controller used {cpu:.1f} s of CPU from its start to the end of both rotations"
         )
     return out
-
-
-def _metric(
-    key: str,
-    surge: int,
-    reaper: Waves,
-    floor_: Waves,
-    answered: float,
-    agents_part: list[float],
-    hb: float,
-    services: int,
-    tasks: int,
-    others: int,
-) -> Metric:
-    per = tasks // services
-    waves = math.ceil(per / surge)
-    limit = floor_.total + 2 * hb * waves
-    over = (reaper.total - floor_.total) / waves
-    value = (
-        f"{reaper.total:.2f} s vs floor {floor_.total:.2f} s, {waves} waves: "
-        f"{over:+.2f} s per wave over the floor"
-    )
-    rd, fd = reaper.durations(), floor_.durations()
-    details = [
-        f"{tasks} tasks of {services} services ({per} each, max_surge {surge}) on one worker, "
-        f"drained with migrate (deadline {DEADLINE}) against {others} other workers beating "
-        f"every {hb:g} s (HEARTBEAT_INTERVAL; each reads state after every beat, as reaper "
-        f"agent does); from the drain update's answer ({answered:.2f} s after it was sent) to "
-        "the worker's drained events row",
-        f"the floor: the same {others} agents beating BenchNoop workflows every {hb:g} s with "
-        f"no controller; each service's tasks handed {surge} at a time straight to the least "
-        "loaded agent's list, the next batch once an accepted beat carried the last one",
-        "per wave, reaper / floor (s): "
-        + ", ".join(f"{a:.2f} / {b:.2f}" for a, b in zip(rd, fd, strict=False)),
-        "per wave, reaper over the floor (s): "
-        + ", ".join(f"{a - b:+.2f}" for a, b in zip(rd, fd, strict=False))
-        + f" (allowed {2 * hb:g} s a wave)",
-        "reaper's slowest service per wave, seconds after the wave before ended (placed, "
-        "replacement running, original stopped): "
-        + "; ".join(f"{p:.2f}, {r:.2f}, {s:.2f}" for p, r, s in reaper.parts),
-    ]
-    if agents_part:
-        details.append(
-            f"the agents' part inside reaper's run (a replacement placed until its agent's "
-            f"accepted beat carried it): median {statistics.median(agents_part):.2f} s, "
-            f"max {max(agents_part):.2f} s over {len(agents_part)} replacements"
-        )
-    m = Metric(
-        key,
-        value,
-        f"<= floor + 2 x {hb:g} s x {waves} = {limit:.2f} s",
-        verdict(reaper.total <= limit),
-        details,
-    )
-    if m.verdict == "MISS":
-        m.why = (
-            f"{reaper.total - limit:.2f} s past the target; per wave above (the upkeep places "
-            "and stops on its own HEARTBEAT_INTERVAL clock, the agent starts a task the beat "
-            "after the state read that shows it)"
-        )
-    return m
