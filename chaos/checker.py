@@ -6,13 +6,13 @@ once more is known changes nothing.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 
 from chaos import rules
 from chaos.ledger import Ledger
 from chaos.observe import Event, Observations
+from chaos.rotation_checks import MIGRATION, migration_stop
 from chaos.rules import Violation, stamp
 from chaos.settings import (
     CLOCK_TOL_S,
@@ -27,9 +27,6 @@ from reaper.core import kinds
 from reaper.core.policy import migration
 from reaper.core.policy.collection import destroy_after
 
-MIGRATION = (migration.DRAINED, migration.DEADLINE, migration.UNDRAINED)
-"""The ``stop_reason`` words of a migration's stops (CONTRACT.md §6.1), which its ``stopped``
-events' reasons start with."""
 KIND = {k.word: k.report for k in kinds.ALL}
 """``events.kind`` -> report kind (``reaper.core.kinds``)."""
 TOL = CLOCK_TOL_S
@@ -84,7 +81,10 @@ class Checker:
             self.retired_by_signal(e, what)
             return
         if e.kind == "task" and e.action == "stopped" and e.reason.startswith(MIGRATION):
-            self.migration_stop(e, what)
+            for v in migration_stop(e, what, self.obs, self.ledger):
+                self.add(v)
+            if e.reason.split(":")[0] == migration.DEADLINE:
+                self.full(e, what, "stopped at a drain's deadline")
             return
         if e.reason != "missing":
             self.add(Violation("unexpected destroy", what, f"reason {e.reason!r}", e.at))
@@ -115,65 +115,6 @@ class Checker:
                 )
             )
         self.full(e, what, "destroyed")
-
-    def migration_stop(self, e: Event, what: str) -> None:
-        """§6.1: an original stops (``drained``) only once its replacement runs; a task stops
-        at a drain's deadline (``drain-deadline``) only once a rotation's deadline has come,
-        and not in full disruption (rule 6); a replacement stops ``undrained`` only after an
-        ``undrain`` of the drained worker."""
-        word = e.reason.split(":")[0]
-        if word == migration.DRAINED:
-            m = re.search(r"its replacement (\S+) runs", e.reason)
-            replacement = m.group(1) if m else ""
-            placed = self.obs.tasks.get(replacement)
-            on = placed[1] if placed is not None else None
-            beats = (
-                self.ledger.beats.get(on, [])
-                if on is not None
-                else [b for bs in self.ledger.beats.values() for b in bs]
-            )
-            if rules.reported_by(beats, replacement, e.at, TOL) is None:
-                self.add(
-                    Violation(
-                        "§6.1: original stopped before its replacement ran",
-                        what,
-                        f"stopped at {stamp(e.at)} ({e.reason}); no beat of "
-                        f"{on or 'any agent'} sent by then reported {replacement or '?'}",
-                        e.at,
-                    )
-                )
-        elif word == migration.DEADLINE:
-            w = e.worker or ""
-            rotations = self.ledger.sent(w, "rotate")
-            if not rules.deadline_came(e.at, rotations, TOL):
-                first = min((c.sent + (c.deadline or 0.0) for c in rotations), default=None)
-                self.add(
-                    Violation(
-                        "§6.1: stopped at a drain deadline that had not come",
-                        what,
-                        f"stopped at {stamp(e.at)}; "
-                        + (
-                            f"the earliest deadline of a rotation of {w} was {stamp(first)}"
-                            if first is not None
-                            else f"no rotation of {w} was sent"
-                        ),
-                        e.at,
-                    )
-                )
-            self.full(e, what, "stopped at a drain's deadline")
-        elif word == migration.UNDRAINED:
-            m = re.search(r"the drain of (\S+) ended", e.reason)
-            w = m.group(1) if m else ""
-            if not rules.sent_by(e.at, self.ledger.sent(w, "undrain"), TOL):
-                self.add(
-                    Violation(
-                        "§6.1: replacement stopped as undrained without an undrain",
-                        what,
-                        f"stopped at {stamp(e.at)} ({e.reason}); no undrain of {w or '?'} "
-                        "was sent by then",
-                        e.at,
-                    )
-                )
 
     def _held(self, worker: str, kind: str, handle: str, before: float) -> float | None:
         return rules.last_holding(self.ledger.beats.get(worker, []), kind, handle, before)
