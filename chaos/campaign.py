@@ -7,7 +7,8 @@ period, the final check.
    round, while the checker reads Postgres every ``OBSERVE_EVERY_S`` and checks each step.
 3. End every fault, wake every silent agent, undrain every drained one, and poll until
    nothing due is left undone (``chaos.settle``) or ``SETTLE_BOUND_S`` has passed.
-4. Check every event again with all observations, scan the histories, print the summary.
+4. Check every event again with all observations, scan the histories, print the summary
+   (``chaos.summary``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from chaos import histories, rules, settle
 from chaos.actions import Runner
 from chaos.agents import Agents
-from chaos.checker import MIGRATION, Checker
+from chaos.checker import Checker
 from chaos.faults import Faults
 from chaos.ledger import Ledger
 from chaos.observe import Observations, observe
@@ -40,6 +41,7 @@ from chaos.settings import (
     SETTLE_BOUND_S,
 )
 from chaos.stack import Stack
+from chaos.summary import summarize
 from reaper.core import kinds
 from reaper.core.policy import rollout
 
@@ -262,61 +264,11 @@ class Campaign:
             self.say(f"kept {self.root} (logs, Postgres data, temporal.db)")
 
     def summary(self) -> int:
-        events = list(self.obs.events.values())
-        destroys = Counter(
-            e.reason.split(":")[0]
-            for e in events
-            if e.action in ("destroyed", "stopped") and not e.reason.startswith(MIGRATION)
-        )
-        reaps = Counter(
-            e.reason.split(":")[0].split(" for")[0] for e in events if e.action == "lost"
-        )
-        d, p, v = sum(destroys.values()), sum(reaps.values()), len(self.checker.violations)
-        counts = ", ".join(f"{k} {n}" for k, n in sorted(self.ledger.counts.items()))
+        violations = list(self.checker.violations.values())
         scan = getattr(self, "scan", None)
-        self.say(f"done: {counts}")
-        self.say(f"destroys by reason {dict(destroys)}; reaps by reason {dict(reaps)}")
-        if rollout.uses(rollout.ROTATING_HOSTS, self.peer_version):
-            self.say(rotations(self.ledger.counts, events))
-        if scan is not None:
-            self.say(
-                f"histories: {scan.runs} runs read; task failures of the server's own "
-                f"(not counted): {dict(scan.server_causes) or 'none'}"
-            )
-        beats = [b for bs in self.ledger.beats.values() for b in bs]
-        acked = sum(1 for b in beats if b.acked is not None)
-        self.say(
-            f"checker: {self.obs.reads} reads ({self.obs.failed_reads} failed: Postgres down or "
-            f"a table locked), {len(events)} events; {len(beats)} beats sent, {acked} "
-            f"acknowledged"
+        return summarize(
+            self.say, self.rounds, self.peer_version, self.ledger, self.obs, violations, scan
         )
-        for violation in self.checker.violations.values():
-            print(violation, flush=True)
-        print(
-            f"chaos: {self.rounds} rounds, {self.ledger.kills} kills, {d} destroys, "
-            f"{p} reaps, {v} violations",
-            flush=True,
-        )
-        return 1 if v else 0
-
-
-def rotations(counts: dict[str, int], events: list[Any]) -> str:
-    """The summary line of the host rotations (CONTRACT.md §6): the rotations done of
-    those drawn (a draw finds no host when none runs tasks), the counts of their answers and
-    follow-ups, and what the ``events`` rows say was done."""
-    asked = {k: n for k, n in sorted(counts.items()) if k.startswith("rotate")}
-    stops = Counter(
-        e.reason.split(":")[0]
-        for e in events
-        if e.action == "stopped" and e.reason.startswith(MIGRATION)
-    )
-    placed = sum(1 for e in events if e.action == "replaced" and e.reason.startswith("migrate"))
-    drained = sum(1 for e in events if e.action == "drained")
-    done, skipped = counts.get("rotate", 0), counts.get("rotate-skipped", 0)
-    return (
-        f"rotations: {done} of {done + skipped} drawn ({asked}); {placed} replacements "
-        f"placed by migration, tasks stopped {dict(stops)}, {drained} workers drained"
-    )
 
 
 async def _until(check: Any, what: str) -> None:
