@@ -44,6 +44,7 @@ FULL = dict(
     memory=dict(sizes=[1000, 5000], hb=60, budget=120),
     cost=dict(workers=200, sample=20, scale=1.0),
     scale=dict(workers=10_000, hb=60, stall=180, lost=300, steady=600, budget=300, silent=5),
+    rotate=dict(tasks=50, services=5, others=10, hb=2.0),
 )
 QUICK = dict(
     writes=dict(workers=20, rows=50, rounds=3, interval=1.0),
@@ -53,6 +54,7 @@ QUICK = dict(
     memory=dict(sizes=[40, 120], hb=30, budget=30),
     cost=dict(workers=10, sample=4, scale=0.2),
     scale=dict(workers=60, hb=2, stall=4, lost=8, steady=12, budget=60, silent=3),
+    rotate=dict(tasks=10, services=5, others=10, hb=1.0),
 )
 MAIN_TIMINGS = {
     "REAPER_HEARTBEAT_INTERVAL": "2s",
@@ -163,7 +165,7 @@ async def measure(
     peer_version: str = RELEASE_LINES[-1],
     controller_settings: dict[str, str] | None = None,
 ) -> None:
-    from bench import bigreport, cost, e2e, failover, history, memory, throughput, writes
+    from bench import bigreport, cost, e2e, failover, history, memory, rotate, throughput, writes
     from bench import scale as bench_scale
     from bench.env import BenchEnv
 
@@ -281,6 +283,9 @@ async def measure(
             )
             mem_ctl.stop()
         record(await phase(("5b",), history.longest(env.client)))
+        if want("10a", "10b"):
+            r = sizes["rotate"]
+            record(await phase(("10a", "10b"), rotate.run(env, **r, progress=run.progress)))
     finally:
         run.progress("stopping the stack")
         await env.close()

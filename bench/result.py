@@ -26,6 +26,8 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("8a", "registration: server cost"),
     ("8b", "registration rate"),
     ("9", "steady beat: server cost"),
+    ("10a", "rotation, max_surge 1"),
+    ("10b", "rotation, max_surge 5"),
 )
 """Every metric the bench prints, in order: ``[id] name: ...`` (tests check each is there).
 The 7s run in ``--quick`` and, at full size (25 to 35 minutes with its floor), only with

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from chaos.ledger import Beat, Ledger, Window
+from chaos.ledger import Beat, Command, Ledger, Window
 from chaos.settings import HEARTBEAT_S
 from reaper.core.contract import KINDS, StateView, liveness_id
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
+from workflows.operator import STARTING
 
 QUERY_EVERY = 3
 """An agent reads its ``state`` every this many beats (one query in flight at most)."""
@@ -47,6 +49,9 @@ class ChaosAgent(SimAgent):
     silent_until: float | None = None
     quiet: Window | None = None
     draining: bool = False
+    drained: bool = False
+    """What its latest ``state`` read said of ``drained`` (CONTRACT.md §6.2): what an
+    autoscaler waits for before it terminates the host."""
     held_at: dict[str, float] = field(default_factory=dict)
     """When the campaign last gave it each handle."""
 
@@ -76,6 +81,7 @@ class ChaosAgent(SimAgent):
         for kind, handles in view.orphans_by_kind.items():
             if kind in self.held:
                 self.held[kind].difference_update(handles)
+        self.drained = view.drained
 
 
 class Agents(SimFleet):
@@ -97,6 +103,8 @@ class Agents(SimFleet):
         )
         self.ledger = ledger
         self.tasks: list[asyncio.Task[Any]] = []
+        self.commanding: dict[str, asyncio.Task[Any]] = {}
+        """Per worker: its latest drain, undrain or rotation being delivered."""
         self.closing = False
         self.start()
 
@@ -138,8 +146,12 @@ class Agents(SimFleet):
         self.agents[name].held[kind].discard(handle)
 
     def silence(self, name: str, seconds: float | None) -> None:
-        """Send nothing for ``seconds`` (``None``: until woken: the host is dead)."""
+        """Send nothing for ``seconds`` (``None``: until woken: the host is dead). A retired
+        or dead host stays as it is: a silence that ends would wake its old boot, and such a
+        host comes back only by :meth:`rejoin`, as a new boot (CONTRACT.md §5.1)."""
         a = self.agents[name]
+        if seconds is not None and a.mode in ("retired", "dead"):
+            return
         now = time.time()
         a.set_mode("silent" if seconds is not None else "dead")
         a.silent_until = now + seconds if seconds is not None else None
@@ -158,6 +170,7 @@ class Agents(SimFleet):
         """A new boot id, ``seq`` from 0; ``wiped``: fresh local state (holds nothing)."""
         a = self.agents[name]
         a.reboot()
+        a.drained = False
         if wiped:
             a.held = {k: set() for k in KINDS}
 
@@ -174,8 +187,21 @@ class Agents(SimFleet):
         self._background(self._signal(name, "retire", RETIRE_TRY_S))
 
     def drain(self, name: str, on: bool) -> None:
-        self.agents[name].draining = on
-        self._background(self._signal(name, "drain" if on else "undrain", RETIRE_TRY_S))
+        """Signal ``drain`` (v1: nothing new placed) or ``undrain`` (which also ends a
+        migration, §6.1); a command still being retried for the worker is given up."""
+        a = self.agents[name]
+        a.draining, a.drained = on, False
+        what = "drain" if on else "undrain"
+        self._command(name, self._signal(name, what, RETIRE_TRY_S, Command(what, 0.0)))
+
+    def rotate(self, name: str, deadline: float) -> None:
+        """A host rotation (CONTRACT.md §6.1): the ``drain`` update with ``migrate`` and
+        ``deadline`` seconds, retried until ``RETIRE_TRY_S`` has passed (under one update
+        id, so an attempt that got through and one after it are one drain); a command still
+        being retried for the worker is given up."""
+        a = self.agents[name]
+        a.draining, a.drained = True, False
+        self._command(name, self._rotate(name, deadline, RETIRE_TRY_S))
 
     # ---- operator and agent signals --------------------------------------------------
 
@@ -185,17 +211,63 @@ class Agents(SimFleet):
         self.tasks.append(task)
         return task
 
-    async def _signal(self, name: str, signal: str, within: float) -> None:
-        """Deliver an operator or agent signal, retrying until ``within`` seconds passed."""
+    def _command(self, name: str, coro: Any) -> None:
+        """Run a drain, undrain or rotation of ``name`` in the background, giving up the
+        one before it if it is still retried: its late delivery would undo this one."""
+        previous = self.commanding.get(name)
+        if previous is not None and not previous.done():
+            previous.cancel()
+        self.commanding[name] = self._background(coro)
+
+    async def _signal(
+        self, name: str, signal: str, within: float, record: Command | None = None
+    ) -> None:
+        """Deliver an operator or agent signal, retrying until ``within`` seconds passed;
+        each attempt goes to the ledger as ``record`` at its time, if given."""
         give_up = time.monotonic() + within
         payload = {"reason": f"chaos {signal}", "actor": "agent"}
         while not self.closing and time.monotonic() < give_up:
+            if record is not None:
+                self.ledger.command(name, replace(record, sent=time.time()))
             try:
                 await self.client.get_workflow_handle(liveness_id(name)).signal(
                     signal, payload, rpc_timeout=timedelta(seconds=1)
                 )
                 self.ledger.count(f"{signal} delivered")
                 return
+            except RPCError as exc:
+                if exc.status is RPCStatusCode.NOT_FOUND:
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.5)
+
+    async def _rotate(self, name: str, deadline: float, within: float) -> None:
+        """The ``drain`` update with ``migrate`` (CONTRACT.md §6.3), retried while no
+        controller answers or the liveness starts a run; a refusal ends it (counted by its
+        reason's first words)."""
+        give_up = time.monotonic() + within
+        payload = {
+            "reason": "chaos rotate",
+            "actor": "chaos",
+            "migrate": True,
+            "deadline": f"{round(deadline * 1000)}ms",
+        }
+        update_id = f"chaos-rotate-{uuid.uuid4().hex[:10]}"
+        while not self.closing and time.monotonic() < give_up:
+            self.ledger.command(name, Command("rotate", time.time(), deadline))
+            try:
+                answer = await self.client.get_workflow_handle(liveness_id(name)).execute_update(
+                    "drain", payload, id=update_id, rpc_timeout=timedelta(seconds=2)
+                )
+                migrating = isinstance(answer, dict) and answer.get("migrating")
+                self.ledger.count("rotate migrating" if migrating else "rotate answered")
+                return
+            except WorkflowUpdateFailedError as exc:
+                why = str(exc.cause or exc)
+                if STARTING not in why:
+                    self.ledger.count(f"rotate refused: {why[:40]}")
+                    return
             except RPCError as exc:
                 if exc.status is RPCStatusCode.NOT_FOUND:
                     return

@@ -7,7 +7,8 @@ period, the final check.
    round, while the checker reads Postgres every ``OBSERVE_EVERY_S`` and checks each step.
 3. End every fault, wake every silent agent, undrain every drained one, and poll until
    nothing due is left undone (``chaos.settle``) or ``SETTLE_BOUND_S`` has passed.
-4. Check every event again with all observations, scan the histories, print the summary.
+4. Check every event again with all observations, scan the histories, print the summary
+   (``chaos.summary``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ from chaos.settings import (
     SETTLE_BOUND_S,
 )
 from chaos.stack import Stack
+from chaos.summary import summarize
 from reaper.core import kinds
+from reaper.core.policy import rollout
 
 SETUP_TIMEOUT_S = 120.0
 """How long the stack and the first agents may take to come up (two busy cores)."""
@@ -133,8 +136,10 @@ class Campaign:
         return bool(n == AGENTS_AT_START)
 
     async def play(self) -> None:
+        rotations = rollout.uses(rollout.ROTATING_HOSTS, self.peer_version)
         for r in range(1, self.rounds + 1):
             self.restart_exited()
+            done = self.runner.follow_ups()
             fleet = Fleet(
                 modes={n: a.mode for n, a in self.agents.agents.items()},
                 held={
@@ -151,13 +156,15 @@ class Campaign:
                 retired_seen={
                     w for w, seen in self.obs.workers.items() if seen[-1].value[0] == "retired"
                 },
+                rotations=rotations,
+                running=Counter(w for _, w, st in self.obs.tasks.values() if st == "running" and w),
             )
             actions = plan_round(self.rng, fleet)
             duration = self.rng.uniform(*ROUND_S)
             for a in actions:
                 self.runner.run(a)
             self.runner._spawn(self.scheduler.complete_pending())
-            self.say(f"round {r}: {'; '.join(map(str, actions)) or '-'}")
+            self.say(f"round {r}: {'; '.join(map(str, [*done, *actions])) or '-'}")
             await asyncio.sleep(duration)
 
     def restart_exited(self) -> None:
@@ -187,6 +194,7 @@ class Campaign:
     async def quiet(self) -> None:
         self.say("faults end; silent agents wake; drained agents undrain")
         await self.faults.end_all()
+        self.runner.pending.clear()  # no rotation's follow-up after the faults end
         self.restart_exited()
         for name, a in self.agents.agents.items():
             if a.mode == "silent":
@@ -256,38 +264,11 @@ class Campaign:
             self.say(f"kept {self.root} (logs, Postgres data, temporal.db)")
 
     def summary(self) -> int:
-        events = list(self.obs.events.values())
-        destroys = Counter(
-            e.reason.split(":")[0] for e in events if e.action in ("destroyed", "stopped")
-        )
-        reaps = Counter(
-            e.reason.split(":")[0].split(" for")[0] for e in events if e.action == "lost"
-        )
-        d, p, v = sum(destroys.values()), sum(reaps.values()), len(self.checker.violations)
-        counts = ", ".join(f"{k} {n}" for k, n in sorted(self.ledger.counts.items()))
+        violations = list(self.checker.violations.values())
         scan = getattr(self, "scan", None)
-        self.say(f"done: {counts}")
-        self.say(f"destroys by reason {dict(destroys)}; reaps by reason {dict(reaps)}")
-        if scan is not None:
-            self.say(
-                f"histories: {scan.runs} runs read; task failures of the server's own "
-                f"(not counted): {dict(scan.server_causes) or 'none'}"
-            )
-        beats = [b for bs in self.ledger.beats.values() for b in bs]
-        acked = sum(1 for b in beats if b.acked is not None)
-        self.say(
-            f"checker: {self.obs.reads} reads ({self.obs.failed_reads} failed: Postgres down or "
-            f"a table locked), {len(events)} events; {len(beats)} beats sent, {acked} "
-            f"acknowledged"
+        return summarize(
+            self.say, self.rounds, self.peer_version, self.ledger, self.obs, violations, scan
         )
-        for violation in self.checker.violations.values():
-            print(violation, flush=True)
-        print(
-            f"chaos: {self.rounds} rounds, {self.ledger.kills} kills, {d} destroys, "
-            f"{p} reaps, {v} violations",
-            flush=True,
-        )
-        return 1 if v else 0
 
 
 async def _until(check: Any, what: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from chaos import rules
 from chaos.ledger import Ledger
 from chaos.observe import Event, Observations
+from chaos.rotation_checks import MIGRATION, migration_stop
 from chaos.rules import Violation, stamp
 from chaos.settings import (
     CLOCK_TOL_S,
@@ -23,6 +24,7 @@ from chaos.settings import (
     STALL_AFTER_S,
 )
 from reaper.core import kinds
+from reaper.core.policy import migration
 from reaper.core.policy.collection import destroy_after
 
 KIND = {k.word: k.report for k in kinds.ALL}
@@ -77,6 +79,12 @@ class Checker:
         what = f"{e.kind} {e.handle} of {e.worker}"
         if e.reason.startswith("retired"):
             self.retired_by_signal(e, what)
+            return
+        if e.kind == "task" and e.action == "stopped" and e.reason.startswith(MIGRATION):
+            for v in migration_stop(e, what, self.obs, self.ledger):
+                self.add(v)
+            if e.reason.split(":")[0] == migration.DEADLINE:
+                self.full(e, what, "stopped at a drain's deadline")
             return
         if e.reason != "missing":
             self.add(Violation("unexpected destroy", what, f"reason {e.reason!r}", e.at))
@@ -256,16 +264,10 @@ class Checker:
         """§5.1: never above ``desired_count``; not below it (nor work owed) for longer than
         the bound while a placeable worker exists and no fault disturbs the controller."""
         obs = self.obs
-        for name, (desired, active) in obs.services.items():
-            if active > desired:
-                self.add(
-                    Violation(
-                        "§5.1: service above desired_count",
-                        f"service {name}",
-                        f"{active} active tasks, desired_count {desired}",
-                        obs.services_at,
-                    )
-                )
+        for name, (desired, surge, active, migrating) in obs.services.items():
+            broken = rules.above_count(desired, surge, active, migrating)
+            if broken is not None:
+                self.add(Violation(broken[0], f"service {name}", broken[1], obs.services_at))
         capacity = any(
             seen[-1].value[0] == "running" and not obs.draining.get(w, False)
             for w, seen in obs.workers.items()
@@ -275,7 +277,7 @@ class Checker:
             self.capacity_since = None
         elif self.capacity_since is None:
             self.capacity_since = now
-        short = {n for n, (d, a) in obs.services.items() if a < d}
+        short = {n for n, (d, _, a, _) in obs.services.items() if a < d}
         short |= {
             f"owed task {t}" for t, (_, w, s) in obs.tasks.items() if s == "pending" and w is None
         }

@@ -55,6 +55,21 @@ class Insert:
     """Whether the agent holds it (a row it never held is due after the TTL)."""
 
 
+@dataclass(frozen=True)
+class Command:
+    """One attempt to deliver an operator command to a worker's liveness: ``drain``,
+    ``undrain``, or ``rotate`` (the ``drain`` update with ``migrate`` and ``deadline``,
+    CONTRACT.md §6.1)."""
+
+    what: str
+    sent: float
+    """When the attempt began: the liveness cannot have taken it earlier (an attempt that
+    failed may still have been delivered)."""
+    deadline: float | None = None
+    """A rotation's deadline, seconds: counted by the controller from when it applies the
+    drain, so no sooner than ``sent + deadline``."""
+
+
 @dataclass
 class Ledger:
     """Everything the campaign did, appended as it happens."""
@@ -67,6 +82,8 @@ class Ledger:
     """Per worker: when a ``retire`` signal was sent (delivered or not)."""
     inserts: dict[str, Insert] = field(default_factory=dict)
     """Per handle (or task id): what the scheduler inserted."""
+    commands: dict[str, list[Command]] = field(default_factory=dict)
+    """Per worker: every attempt to drain, undrain or rotate it."""
     kills: int = 0
     """SIGKILLs of a controller replica or the Temporal server, crash stops of Postgres."""
     counts: dict[str, int] = field(default_factory=dict)
@@ -82,6 +99,13 @@ class Ledger:
         w = Window(what, start)
         self.faults.append(w)
         return w
+
+    def command(self, worker: str, c: Command) -> None:
+        self.commands.setdefault(worker, []).append(c)
+
+    def sent(self, worker: str, what: str) -> list[Command]:
+        """The attempts of ``what`` (``drain``, ``undrain``, ``rotate``) for ``worker``."""
+        return [c for c in self.commands.get(worker, []) if c.what == what]
 
     def silence(self, worker: str, start: float) -> Window:
         w = Window("silent", start)

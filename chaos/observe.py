@@ -36,10 +36,15 @@ MARKS = (
 )
 TASKS = "SELECT id, service, worker, state FROM reaper.tasks"
 SERVICES = (
-    "SELECT s.name, s.desired_count,"
-    " count(t.id) FILTER (WHERE t.state IN ('pending', 'running')) AS active"
-    " FROM reaper.services s LEFT JOIN reaper.tasks t ON t.service = s.name GROUP BY s.name"
+    "SELECT s.name, s.desired_count, s.max_surge,"
+    " count(t.id) FILTER (WHERE t.state IN ('pending', 'running')) AS active,"
+    " count(t.id) FILTER (WHERE t.state = 'running' AND w.migrate_until IS NOT NULL)"
+    " AS migrating"
+    " FROM reaper.services s LEFT JOIN reaper.tasks t ON t.service = s.name"
+    " LEFT JOIN reaper.workers w ON w.name = t.worker GROUP BY s.name"
 )
+"""Per service: its counts, its active tasks, and those running on a worker whose migrating
+drain runs (CONTRACT.md §6.1), in one statement (one snapshot)."""
 EVENTS = (
     f"SELECT id, {EPOCH.format('at')} AS at, worker, kind, handle, action, reason, actor"
     " FROM reaper.events WHERE id > $1 ORDER BY id"
@@ -83,8 +88,9 @@ class Observations:
     """Task id -> ``(service, worker, state)`` as last seen."""
     task_history: dict[str, list[str]] = field(default_factory=dict)
     """Task id -> the distinct states seen, in order."""
-    services: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Service -> ``(desired_count, active)`` as last seen (one snapshot)."""
+    services: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    """Service -> ``(desired_count, max_surge, active, migrating)`` as last seen (one
+    snapshot; ``migrating``: its tasks running on workers whose migration runs)."""
     services_at: float = 0.0
     events: dict[int, Event] = field(default_factory=dict)
     first_seen: dict[int, float] = field(default_factory=dict)
@@ -146,7 +152,9 @@ async def _tasks(pool: asyncpg.Pool, obs: Observations) -> None:
 
 async def _services(pool: asyncpg.Pool, obs: Observations) -> None:
     _, after, rows = await _read(pool, SERVICES)
-    obs.services = {r["name"]: (r["desired_count"], r["active"]) for r in rows}
+    obs.services = {
+        r["name"]: (r["desired_count"], r["max_surge"], r["active"], r["migrating"]) for r in rows
+    }
     obs.services_at = after
 
 

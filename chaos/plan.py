@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from chaos.faults import LOCKABLE, ROW_LOCKS
 from chaos.settings import AGENTS_MAX, LOST_AFTER_S, MISSING_TTL_S, STALL_AFTER_S
 from reaper.core.contract import KINDS
+
+T = TypeVar("T")
 
 AGENT_ACTIONS = {
     "drop": 10,
@@ -48,6 +51,22 @@ FAULT_CHANCE = 0.6
 """Chance that a round starts a fault."""
 SCHEDULER_CHANCE = 0.6
 """Chance that a round has a scheduler insert."""
+ROTATE_CHANCE = 0.3
+"""At peer version 1.2 (CONTRACT.md §6, ``Fleet.rotations``): chance that a round starts a
+host rotation. Drawn after the round's fault, and only then: a 1.1 campaign draws as
+before."""
+ROTATE_DEADLINES = ((0.25, (2.0, 6.0)), (0.5, (6.0, 20.0)), (1.0, (30.0, 90.0)))
+"""A rotation's deadline, seconds: ``(below, (low, high))``: a draw below ``below`` (and
+above the band before) gives a deadline in ``[low, high)``. The first band fires before the
+first wave can run (every original stopped at the deadline and backfilled; 2 s is the least
+``2 x HEARTBEAT_INTERVAL`` allows), the second often in mid-migration, the third seldom
+(the host drains first, faults permitting)."""
+ROTATE_THEN = ((0.3, "undrain"), (0.65, "retire"), (1.0, ""))
+"""What follows a rotation, by a draw as above: ``undrain`` ``UNDRAIN_AFTER_S`` later (in
+mid-migration or after it), ``retire`` once its agent reads ``drained`` (an autoscaler
+terminating the host, then retiring it), or nothing (it stays drained until the quiet
+period undrains it)."""
+UNDRAIN_AFTER_S = (1.0, 10.0)
 MAX_DEAD = 2
 """Agents dead at once at most: with six or more agents, dead ones alone never reach the
 disruption threshold, so the final state can be checked with reaps allowed."""
@@ -79,6 +98,14 @@ class Fleet:
     retired_seen: set[str] = field(default_factory=set)
     """Workers Postgres shows ``retired``: only those rejoin (a retire still in flight
     when the host comes back retires the new boot; see docs/chaos.md, the findings)."""
+    rotations: bool = False
+    """Whether rounds rotate hosts: peer version 1.2, whose ``drain`` migrates (§6.1)."""
+    running: dict[str, int] = field(default_factory=dict)
+    """Per worker, its tasks Postgres showed ``running`` at the checker's latest read (what a
+    migration moves; an agent may hold a task before its report made it run)."""
+    gone: set[str] = field(default_factory=set)
+    """Hosts retired or killed by this round's plan so far (:func:`plan_round` moves them
+    to ``modes`` ``retired`` or ``dead`` as it plans): nothing else of the round names them."""
 
     def names(self, *modes: str) -> list[str]:
         return sorted(n for n, m in self.modes.items() if m in modes)
@@ -98,6 +125,7 @@ def plan_round(rng: random.Random, fleet: Fleet) -> list[Action]:
         a = _agent_action(what, pick, extra, fleet)
         if a is not None:
             actions.append(a)
+            _gone(a, fleet)
     if rng.random() < SCHEDULER_CHANCE:
         what = rng.choices(list(SCHEDULER_ACTIONS), list(SCHEDULER_ACTIONS.values()))[0]
         pick, extra = rng.random(), rng.random()
@@ -110,7 +138,57 @@ def plan_round(rng: random.Random, fleet: Fleet) -> list[Action]:
         a = _fault(what, pick, extra, fleet)
         if a is not None:
             actions.append(a)
+    if fleet.rotations and rng.random() < ROTATE_CHANCE:
+        pick, extra, then = rng.random(), rng.random(), rng.random()
+        a = _rotate(pick, extra, then, fleet)
+        if a is not None:
+            actions.append(a)
     return actions
+
+
+def _band(draw: float, bands: tuple[tuple[float, T], ...]) -> tuple[T, float]:
+    """The band ``draw`` (in ``[0, 1)``) falls in, and where in it (in ``[0, 1)``)."""
+    edge = 0.0
+    for below, value in bands:
+        if draw < below:
+            return value, (draw - edge) / (below - edge)
+        edge = below
+    return bands[-1][1], 0.0
+
+
+def _rotate(pick: float, extra: float, then: float, fleet: Fleet) -> Action | None:
+    """A host rotation (CONTRACT.md §6.1): an active host that runs tasks (Postgres says so,
+    or its agent holds them) and does not drain is drained with ``migrate`` and a deadline
+    drawn from ``ROTATE_DEADLINES``; what follows is drawn from ``ROTATE_THEN``: ``rotate
+    NAME DEADLINE [undrain AFTER | retire]`` (``chaos.actions.Runner`` carries out the
+    follow-up)."""
+    pool = [
+        n
+        for n in fleet.names("active")
+        if (fleet.running.get(n, 0) or fleet.held[n]["tasks"]) and n not in fleet.draining
+    ]
+    name = _choose(pool, pick)
+    if name is None:
+        return Action("rotate-skipped")  # drawn, but no host runs tasks: said in the round
+    (low, high), at = _band(extra, ROTATE_DEADLINES)
+    deadline = round(low + at * (high - low), 1)
+    follow, at = _band(then, ROTATE_THEN)
+    if follow == "undrain":
+        lo, hi = UNDRAIN_AFTER_S
+        return Action("rotate", (name, deadline, "undrain", round(lo + at * (hi - lo), 1)))
+    return Action("rotate", (name, deadline, *([follow] if follow else [])))
+
+
+def _gone(action: Action, fleet: Fleet) -> None:
+    """A host retired or dead in this round takes no further action in it: a later
+    ``silence`` (or ``partition``) of it would wake its old boot when it ends, and a retired
+    host comes back only as a new boot (CONTRACT.md §5.1; ``rejoin``). Seed 31 at 1.1,
+    round 66: "retire w1; silence w1 13.5" woke the retired boot, whose beats reaper
+    rightly ignored, and the settle check reported "w1 beats but is retired"."""
+    if action.what in ("retire", "die"):
+        name = str(action.args[0])
+        fleet.modes[name] = "retired" if action.what == "retire" else "dead"
+        fleet.gone.add(name)
 
 
 def _choose(items: list[str], pick: float) -> str | None:
@@ -133,7 +211,7 @@ def _agent_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action 
         if what == "rejoin":
             pool = [n for n in fleet.names("retired") if n in fleet.retired_seen]
         else:
-            pool = fleet.names("dead")
+            pool = [n for n in fleet.names("dead") if n not in fleet.gone]
         name = _choose(pool, pick)
         return Action("rejoin", (name,)) if name else None
     name = _choose(active, pick)
@@ -172,7 +250,10 @@ def _agent_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action 
 
 def _scheduler_action(what: str, pick: float, extra: float, fleet: Fleet) -> Action | None:
     if what == "service":
-        return Action("service", (fleet.fresh("svc"), 1 + int(extra * 4)))
+        # With rotations, a service's max_surge (1-3) comes from the draw a service does
+        # not otherwise use, so the rounds draw as at 1.1.
+        surge = (1 + int(pick * 3),) if fleet.rotations else ()
+        return Action("service", (fleet.fresh("svc"), 1 + int(extra * 4), *surge))
     name = _choose(fleet.names("active"), pick)
     if name is None:
         return None

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from chaos.ledger import Beat, Window
+from chaos.ledger import Beat, Command, Window
 
 V = TypeVar("V")
 
@@ -172,6 +172,50 @@ def fresh_period_broken(
         return None
     r = max(earlier)
     return r if at < r + lost_after - tol else None
+
+
+def above_count(
+    desired: int, max_surge: int, active: int, migrating: int
+) -> tuple[str, str] | None:
+    """§5.1 and §6.1: a service's active (``pending`` + ``running``) tasks never exceed
+    ``desired_count + max_surge``, and exceed ``desired_count`` only while a drain migrates
+    its tasks: by no more than ``migrating``, its tasks running on workers whose migration
+    runs (``migrate_until`` set; each has at most one replacement) read in the same
+    statement. Returns the broken rule and the evidence, or ``None``."""
+    if active > desired + max_surge:
+        return (
+            "§6.1: service above desired_count + max_surge",
+            f"{active} active tasks, desired_count {desired}, max_surge {max_surge}",
+        )
+    if active > desired + min(max_surge, migrating):
+        return (
+            "§5.1: service above desired_count",
+            f"{active} active tasks, desired_count {desired}; {migrating} of them running on"
+            f" migrating workers (max_surge {max_surge})",
+        )
+    return None
+
+
+def reported_by(beats: Iterable[Beat], task: str, at: float, tol: float) -> float | None:
+    """§6.1: a replacement runs once its worker reports it (rule 5), so an original stopped
+    (``drained``) at ``at`` needs a beat holding the replacement sent by then (acknowledged
+    or not: a failed call may have got through). When the first such beat was sent, or
+    ``None``."""
+    sent = [b.sent for b in beats if b.sent <= at + tol and task in b.reports.get("tasks", ())]
+    return min(sent, default=None)
+
+
+def deadline_came(at: float, rotations: Iterable[Command], tol: float) -> bool:
+    """§6.1: a task stopped at a drain's deadline (``drain-deadline``) at ``at`` needs a
+    rotation (a ``drain`` with ``migrate``) whose deadline had come: the controller counts it
+    from when it applies the drain, no sooner than the attempt was sent."""
+    return any(c.deadline is not None and c.sent + c.deadline <= at + tol for c in rotations)
+
+
+def sent_by(at: float, commands: Iterable[Command], tol: float) -> bool:
+    """Whether one of ``commands`` was sent by ``at`` (an ``undrain`` before the replacements
+    it stopped, §6.1)."""
+    return any(c.sent <= at + tol for c in commands)
 
 
 def repeated(items: Iterable[str]) -> dict[str, int]:

@@ -98,8 +98,9 @@ class Scheduler:
             self.ledger.inserts[handle] = Insert(kind, worker, created, held=False)
         return ok
 
-    async def service(self, name: str, count: int) -> bool:
-        """A service of ``count`` tasks placed round-robin on placeable workers."""
+    async def service(self, name: str, count: int, max_surge: int = 1) -> bool:
+        """A service of ``count`` tasks placed round-robin on placeable workers; at most
+        ``max_surge`` of its tasks migrate at once (CONTRACT.md §6.1)."""
         created = time.time()
         try:
             async with self.pool.acquire() as conn, conn.transaction():
@@ -113,9 +114,11 @@ class Scheduler:
                 if not workers:
                     return False
                 await conn.execute(
-                    "INSERT INTO reaper.services (name, desired_count) VALUES ($1, $2)",
+                    "INSERT INTO reaper.services (name, desired_count, max_surge)"
+                    " VALUES ($1, $2, $3)",
                     name,
                     count,
+                    max_surge,
                 )
                 placed = [(f"{name}-{i}", workers[i % len(workers)]) for i in range(count)]
                 await conn.executemany(

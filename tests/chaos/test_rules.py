@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.ledger import Beat, Window
+from chaos.ledger import Beat, Command, Window
 from chaos.rules import (
     Gap,
     Seen,
+    above_count,
+    deadline_came,
     fresh_period_broken,
     grace_covers,
     last_holding,
     lost_gaps,
     repeated,
+    reported_by,
+    sent_by,
     spans_return,
     too_early,
     unchanged_over,
@@ -156,3 +160,77 @@ def test_fresh_period_broken(at, recoveries, broken):
 def test_repeated():
     assert repeated(["a", "b", "a", "c", "a"]) == {"a": 3}
     assert repeated([]) == {}
+
+
+# ---- host rotations (CONTRACT.md §6.1) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "desired, surge, active, migrating, broken",
+    [
+        (3, 1, 3, 0, None),  # at its count
+        (3, 1, 2, 0, None),  # short: the owed-work check's business, not this one's
+        (3, 1, 4, 0, "§5.1: service above desired_count"),  # a surplus no drain explains
+        (3, 1, 4, 1, None),  # one original on a migrating worker: its replacement
+        (3, 1, 4, 3, None),  # three there, one migrating at a time
+        (3, 1, 5, 3, "§6.1: service above desired_count + max_surge"),
+        (3, 2, 5, 3, None),  # max_surge 2: two at once
+        (3, 2, 5, 1, "§5.1: service above desired_count"),  # one original, two surplus
+        (3, 2, 6, 3, "§6.1: service above desired_count + max_surge"),
+        (1, 3, 4, 1, "§5.1: service above desired_count"),  # max_surge above what migrates
+    ],
+)
+def test_above_count(desired, surge, active, migrating, broken):
+    found = above_count(desired, surge, active, migrating)
+    assert (found[0] if found else None) == broken
+
+
+def holding(sent: float, acked: float | None, *tasks: str) -> Beat:
+    return Beat("w2", "boot-2", int(sent * 10), sent, acked, {"tasks": frozenset(tasks)})
+
+
+R = [holding(1.0, 1.1), holding(2.0, None, "r"), holding(3.0, 3.1, "r")]
+
+
+@pytest.mark.parametrize(
+    "beats, at, first",
+    [
+        (R, 5.0, 2.0),  # reported at 2 s (a beat that failed may have got through)
+        (R, 2.3, 2.0),  # within the clock slack after the beat's send
+        (R, 1.4, None),  # stopped before any beat reported the replacement
+        (R[:1], 5.0, None),  # never reported
+        ([], 5.0, None),
+    ],
+)
+def test_reported_by(beats, at, first):
+    assert reported_by(beats, "r", at, TOL) == first
+
+
+ROT = [Command("rotate", 10.0, 4.0), Command("rotate", 11.0, 4.0)]  # a retried attempt
+
+
+@pytest.mark.parametrize(
+    "at, rotations, came",
+    [
+        (14.0, ROT, True),  # the first attempt's deadline
+        (13.6, ROT, True),  # within the clock slack
+        (13.0, ROT, False),  # before any attempt's deadline
+        (50.0, [], False),  # no rotation at all
+        (50.0, [Command("rotate", 10.0, None)], False),  # no deadline recorded
+    ],
+)
+def test_deadline_came(at, rotations, came):
+    assert deadline_came(at, rotations, TOL) == came
+
+
+@pytest.mark.parametrize(
+    "at, commands, sent",
+    [
+        (10.0, [Command("undrain", 9.0)], True),
+        (10.0, [Command("undrain", 10.4)], True),  # within the clock slack
+        (10.0, [Command("undrain", 11.0)], False),  # sent after the stop
+        (10.0, [], False),
+    ],
+)
+def test_sent_by(at, commands, sent):
+    assert sent_by(at, commands, TOL) == sent

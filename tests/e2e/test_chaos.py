@@ -21,11 +21,19 @@ from tests.support.paths import ROOT
 SEED, ROUNDS = 8, 18
 """The plan follows from the seed: these 18 rounds lock two tables, SIGKILL both replicas
 and each alone, stop Postgres cleanly and by a crash, terminate the controllers' sessions,
-silence agents (one dies: lost and reaped) and drop, flap and add handles."""
+silence agents (one dies: lost and reaped) and drop, flap and add handles. At peer version
+1.2 rounds 6, 9 and 17 also draw a host rotation (a drain with migrate), done if a host runs
+tasks by then (how soon one does follows the machine's load); at 1.1, whose drain does not
+migrate, no round draws one."""
 TIMEOUT_S = 200
 """The campaign takes about a minute here; this is headroom for a loaded machine (setup
 and quiet period are bounded inside it: 120 s and SETTLE_BOUND_S), and with the minute
 its SIGTERM may take, stays under pytest's 300 s timeout."""
+ROTATIONS = re.compile(
+    r"^\[ *[\d.]+s\] rotations: (?P<done>\d+) of (?P<drawn>\d+) drawn ", re.MULTILINE
+)
+"""The summary's line of host rotations (peer version 1.2 only): those done of those drawn
+(a draw rotates nothing when no host runs tasks yet)."""
 LAST = re.compile(
     r"^chaos: (?P<r>\d+) rounds, (?P<k>\d+) kills, (?P<d>\d+) destroys, "
     r"(?P<p>\d+) reaps, (?P<v>\d+) violations$"
@@ -65,4 +73,10 @@ def test_a_short_chaos_campaign_breaks_no_rule(peer_version: str) -> None:
     assert m is not None, f"unexpected last line {last!r}:\n{out[-6000:]}"
     assert int(m["v"]) == 0 and proc.returncode == 0, out[-8000:]
     assert int(m["r"]) == ROUNDS and int(m["k"]) > 0, last
+    rotations = ROTATIONS.search(out)
+    if peer_version == "1.1":
+        assert rotations is None, rotations
+    else:
+        assert rotations is not None and int(rotations["drawn"]) == 3, out[-3000:]
+        print(f"\n{rotations[0]}")
     print(f"\n{last}")
