@@ -130,6 +130,15 @@ class ReportIntake:
                 QueuedChunk(chunk=beat.chunk, taken_at=now, boot_id=beat.boot_id, returned=returned)
             )
 
+    def recheck_held(self, kind: str) -> None:
+        """Reconcile the last report of ``kind`` forwarded again, now, unless a newer one is
+        queued: the agent holds what it held then until its report changes (a changed one
+        is forwarded anyway). Rows changed since it was taken are not marked by it (rule
+        2); the kind stays wanted, so the next report is reconciled too."""
+        held = self.live.last_reports.get(kind)
+        if held is not None and kind not in self.live.unforwarded:
+            self.live.unforwarded[kind] = held
+
     def known_report(self, kind: str, digest: str) -> Report | None:
         """The complete report of ``kind`` with ``digest`` that this liveness holds, if any."""
         for report in (self.live.unforwarded.get(kind), self.live.last_reports.get(kind)):
@@ -203,6 +212,9 @@ class ReportIntake:
         reports = [self._sealed(r) for r in reports]
         live.forwarded += len(reports)
         for report in reports:
+            before = live.forwarded_at.get(report.kind)
+            if live.features.rotating_hosts and before is not None and report.taken_at <= before:
+                continue  # a held report again (recheck_held): the next one is still wanted
             live.forwarded_digest[report.kind] = report.digest
             live.forwarded_at[report.kind] = report.taken_at
             if report.kind in live.wanted:

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         WorkerState,
         liveness_id,
     )
+    from reaper.core.kinds import TASKS
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
     from reaper.core.models import DeadlinesView, GcStatusInput
     from reaper.core.policy import liveness_machine as machine
@@ -58,6 +59,10 @@ class WorkerLiveness(OperatorHandlers):
         self.timer = DeadlineTimer()
         self.gate = Gate(live)
         self.ops = OperatorCommands(live, self.gate, self._reject)
+        self.drained_early: bool | None = None
+        """``drained`` of a ``gc_status`` taken before this run decided its features: the
+        collector says a value once, so it is applied once they are (a run that dropped it
+        showed ``draining`` until the next change of the tasks status)."""
 
     # ---- signals: parse and hand over; never raise, never block ------------------------
 
@@ -114,8 +119,11 @@ class WorkerLiveness(OperatorHandlers):
         self.live.collected[inp.kind] = inp.status
         if inp.assignments is not None:
             self.live.assignments = inp.assignments
-        if inp.drained is not None and self.live.features.rotating_hosts:
-            machine.decide(self.live, workflow.now(), machine.Drained(inp.drained))
+        if inp.drained is not None:
+            if self.live.early is not None:  # the run's features are decided at its start
+                self.drained_early = inp.drained
+            elif self.live.features.rotating_hosts:
+                machine.decide(self.live, workflow.now(), machine.Drained(inp.drained))
         self.steps.view.show_details()
 
     @workflow.signal(name="want_report")
@@ -134,11 +142,19 @@ class WorkerLiveness(OperatorHandlers):
     @workflow.signal(name="nudge")
     def resync_requested(self, *args: Any) -> None:
         """Postgres changed for this worker (a placement, the change feed): reconcile its next
-        reports of the kinds named (a list of kind names; every kind when absent)."""
+        reports of the kinds named (a list of kind names; every kind when absent).
+
+        Every kind is named only by the fleet monitor telling a worker of tasks it placed
+        (``tell_placed``). A ``rotating-hosts`` run then also reconciles the tasks report it
+        holds at once (``Intake.recheck_held``), so that the ``state`` read after the
+        worker's next beat lists the placement, one beat sooner than the next report's
+        reconcile would (BENCHMARKS.md metrics 10a, 10b)."""
         kinds = front_door.first(args, "nudge")
         wanted = [k for k in kinds if k in KINDS] if isinstance(kinds, list) else KINDS
         for kind in wanted:
             self._want(kind)
+        if kinds is None and self.live.features.rotating_hosts:
+            self.intake.recheck_held(TASKS.report)
 
     @workflow.signal(name="gc_stopped")
     def gc_stopped(self, *args: Any) -> None:
@@ -183,6 +199,8 @@ class WorkerLiveness(OperatorHandlers):
                 self._heartbeat(raw)
             else:
                 self.ops.signal(name, raw)
+        if self.drained_early is not None and live.features.rotating_hosts:
+            machine.decide(live, workflow.now(), machine.Drained(self.drained_early))
         self.steps.view.show_details()  # dropped at continue-as-new: shown again
         if inp.carried is None and not await self.steps.retirement.registers_afresh(record):
             return
