@@ -3,12 +3,12 @@ tasks of 5 services (10 each) is drained with ``migrate`` against 10 other worke
 ``drain`` update's answer to the worker's ``drained`` events row, beside the floor; once with
 ``max_surge`` 1 (10a: ten waves of one task per service) and once with 5 (10b: two waves).
 
-Each wave of a migration is: the fleet monitor's upkeep (every ``HEARTBEAT_INTERVAL``)
-places one replacement per service with surge left, on the least loaded worker, and nudges
-its liveness; the worker's agent reads ``state`` after its next beat, starts what is
-assigned and reports it in the beat after; the report is reconciled (the replacement
-``running``); the next upkeep stops the originals whose replacement runs and places the
-next wave. Once the worker holds nothing, it is ``drained``.
+Each wave of a migration is: the fleet monitor's upkeep places one replacement per service
+with surge left, on the least loaded worker, and nudges its liveness, which reconciles the
+tasks report it holds at once; the worker's agent reads ``state`` after its next beat,
+starts what is assigned and reports it in the beat after; the report is reconciled (the
+replacement ``running``) and wakes the upkeep, which stops the originals whose replacement
+runs and places the next wave. Once the worker holds nothing, it is ``drained``.
 
 The floor is the cheapest way the same work can be done: the agents themselves, with no
 controller. Before reaper's controller starts, the same 10 target agents beat ``BenchNoop``
