@@ -70,8 +70,9 @@ def metric(
     )
     if m.verdict == "MISS":
         m.why = (
-            f"{reaper.total - limit:.2f} s past the target; per wave above (the upkeep places "
-            "and stops on its own HEARTBEAT_INTERVAL clock, the agent starts a task the beat "
-            "after the state read that shows it)"
+            f"{reaper.total - limit:.2f} s past the target; per wave above (an agent reads "
+            "state after a beat and starts a task the beat after the read that shows it; the "
+            "reconcile and the woken upkeep add a fixed part that weighs most at short "
+            "intervals and on a loaded machine: see the agents' part above)"
         )
     return m

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -70,11 +71,43 @@ def is_listening(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""Linux: the ports outgoing connections take their source port from (32768-60999 here)."""
+LOWEST_PORT = 20000
+"""The lowest port :func:`free_port` picks (above the ports services usually listen on)."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on ``host`` (the kernel's pick)."""
+    """A TCP port that is free right now on ``host``, drawn below the kernel's ephemeral
+    range when there is room (``LOWEST_PORT`` up to its start), else the kernel's pick.
+
+    The kernel's own pick (port 0) comes from the range every outgoing connection takes its
+    source port from: on a busy machine one took a dev server's port between the pick and
+    the server's bind (a clean clone's CI run, 7 December: "bind: address already in use").
+    A port below the range is taken only by another listener, which the bind here sees.
+    """
+    top = _ephemeral_start() - 1
+    for _ in range(50):
+        if top <= LOWEST_PORT:
+            break
+        port = random.randint(LOWEST_PORT, top)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (32768 if it cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
