@@ -88,8 +88,9 @@ def scenario(name: str) -> Callable[[Scenario], Scenario]:
 async def _stall(env: WorkflowEnvironment, pool: asyncpg.Pool) -> None:
     async with fleet_with(env, pool, monitor=True, **TIMINGS) as fleet:
         w = fleet.name("w")
-        await fleet.beat(w)
-        due = await now(fleet) + timedelta(seconds=STALL)
+        beat = await fleet.beat(w)
+        assert beat.last_heartbeat_at is not None  # the liveness's time of the beat
+        due = beat.last_heartbeat_at + timedelta(seconds=STALL)
         await advance_to(fleet, due - timedelta(seconds=1), {})
         assert (await fleet.state(w)).state == "running"
         await advance_to(fleet, due + timedelta(seconds=bound("stall")), {})
@@ -101,10 +102,14 @@ async def _lost(env: WorkflowEnvironment, pool: asyncpg.Pool) -> None:
     async with fleet_with(env, pool, monitor=True, **TIMINGS) as fleet:
         w, others = fleet.name("w"), [fleet.name(f"o{i}") for i in range(2)]
         await setup_service(pool, "svc", {w: ["t-1"]})
-        await fleet.beat(w, tasks=["t-1"])
+        beat = await fleet.beat(w, tasks=["t-1"])
+        assert beat.last_heartbeat_at is not None
+        # From the liveness's time of w's beat: the others' beats take real time, which the
+        # server's clock counts (at load 14 more than the second kept before the due time:
+        # w was lost when the test read the clock after them and looked 1 s early).
+        due = beat.last_heartbeat_at + timedelta(seconds=LOST)
         for o in others:
             await fleet.beat(o)
-        due = await now(fleet) + timedelta(seconds=LOST)
         beating: dict[str, dict[str, Any]] = {o: {} for o in others}
         await advance_to(fleet, due - timedelta(seconds=1), beating)
         assert (await fleet.state(w)).state == "stalled"
