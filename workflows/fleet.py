@@ -165,8 +165,8 @@ class FleetMonitor:
             workflow.set_current_details(fleet_details(view, timings, len(upkeep.placed)))
             tick = timedelta(seconds=timings.heartbeat_interval)
             if not rollout.uses(rollout.ROTATING_HOSTS, timings.peer_version):
-                if should_continue_as_new():  # 1.1's order: before the tick
-                    await self._continue_as_new(repair)
+                if should_continue_as_new():  # 1.1's order: before the tick, timings carried
+                    await self._continue_as_new(repair, timings)
                 await workflow.sleep(tick, summary="next fleet check")
                 continue
             # Woken early, the timer is cancelled; and a run continues as new only after it
@@ -181,11 +181,18 @@ class FleetMonitor:
                 await self._continue_as_new(repair)
 
     @staticmethod
-    async def _continue_as_new(repair: workflow.ActivityHandle[RepairResult] | None) -> None:
+    async def _continue_as_new(
+        repair: workflow.ActivityHandle[RepairResult] | None, timings: Timings | None = None
+    ) -> None:
         """Wait for the running repair (its result is logged and counted by it), then continue
-        as new with no input: the next run reads the settings of the controller that runs it
-        (as every release's monitor does without one), so a changed setting, such as
-        ``REAPER_PEER_VERSION``, reaches the monitor at its next run."""
+        as new. A 1.2 run passes no input: the next run reads the settings of the controller
+        that runs it (as every release's monitor does without one), so a changed setting,
+        such as ``REAPER_PEER_VERSION``, reaches the monitor at its next run. A 1.1 run
+        carries its timings, as 1.1.0 does: that read's events would make each of its runs
+        continue as new at once on a server that suggests it early (the upgrade test's, every
+        30 events: a run a second, and the test's listing of every run never ended)."""
         if repair is not None:
             await finish_repair(repair)
-        workflow.continue_as_new()
+        if timings is None:
+            workflow.continue_as_new()
+        workflow.continue_as_new(timings)
