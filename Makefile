@@ -102,7 +102,9 @@ upgrade: $(STAMP)
 # `make test` (REAPER_TIMELINE_EXAMPLES, default here 200; about 3-4 s each).
 property: $(STAMP)
 	REAPER_TIMELINE_EXAMPLES=$${REAPER_TIMELINE_EXAMPLES:-200} \
-		$(BIN)/python -m pytest -q -p no:cacheprovider tests/workflows/test_property.py
+	REAPER_FLEET_TIMELINES=$${REAPER_FLEET_TIMELINES:-100} \
+		$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=0 \
+		tests/workflows/test_property.py tests/workflows/test_fleet_timelines.py
 
 # A chaos campaign against its own stack (docs/chaos.md): SEED and ROUNDS choose it, PEER
 # the controllers' REAPER_PEER_VERSION (default 1.1); the last line counts rounds, kills,
