@@ -9,6 +9,7 @@ sysdeps`` installs them) or the tests do not run as root.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -438,7 +439,13 @@ async def test_a_task_is_held_only_while_a_container_of_it_runs(
                 if fault == "rm":
                     await asyncio.to_thread(podman.podman, "rm", "-f", "--time", "0", ref)
                 elif fault == "exit":
-                    await asyncio.to_thread(podman.podman, "exec", ref, "/bin/sh", "-c", "kill 1")
+                    # The exec session dies with the container's main process now and then
+                    # (exit 137, nothing on stderr: a clean clone's CI run): whether the
+                    # process ended is what the wait below checks, not the exec's status.
+                    with contextlib.suppress(RuntimeError):
+                        await asyncio.to_thread(
+                            podman.podman, "exec", ref, "/bin/sh", "-c", "kill 1"
+                        )
                 else:
                     await asyncio.to_thread(podman.podman, "kill", ref)
                 began = time.time()  # the fault is done: removed, or the process signalled
