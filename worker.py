@@ -40,6 +40,7 @@ from reaper.infra.temporal import (
     ensure_search_attributes,
     while_unavailable,
     workflow_runner,
+    workflow_task_executor,
     workflow_task_polling,
 )
 from reaper.logs import setup_logging
@@ -124,6 +125,8 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout),
             # New workers' first tasks come from the shared queue (BENCHMARKS.md metric 8b).
             **workflow_task_polling(settings.workflow_task_pollers),
+            # Activations on the event loop, not a thread pool (REAPER_WORKFLOW_INLINE).
+            workflow_task_executor=workflow_task_executor(settings.workflow_inline),
         )
         log.info(
             "controller %s (reaper %s) serving task queue %r in namespace %r",

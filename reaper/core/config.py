@@ -139,6 +139,14 @@ class Settings(ConnectionSettings):
     those checks for speed). The test suite's in-process controllers always run sandboxed,
     so every workflow path the tests take is checked. Turn it on when running changed
     workflow code."""
+    workflow_inline: bool = True
+    """``REAPER_WORKFLOW_INLINE``: run each workflow activation on the controller's event loop
+    (``reaper.infra.temporal.InlineActivations``) instead of the SDK's thread pool. On by
+    default: with one Python thread doing the work anyway (the GIL), the hand-off to a pool
+    thread and back cost about a sixth of the controller's CPU per beat (2.90 against 2.38
+    ms a beat, BENCHMARKS.md metric 1, issue 36). Off gives back the SDK's deadlock
+    detection (an activation still running after 2 s fails its workflow task), at that
+    cost. Python 3.14 and later always use the thread pool."""
     ui_port: int = 8233
     metrics_port: int = 9464
     """The controller serves Prometheus text format at ``http://0.0.0.0:PORT/metrics``

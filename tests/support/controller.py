@@ -21,6 +21,7 @@ from activities import ReaperActivities
 from reaper.core.config import Settings
 from reaper.core.models import Timings
 from reaper.core.policy.rollout import RELEASE_LINES
+from reaper.infra.temporal import workflow_task_executor
 from reaper.kit.controller import Controller
 from reaper.kit.processes import find_binary as kit_find_binary
 from tests.support.paths import ROOT
@@ -211,7 +212,8 @@ def controller(
     activations: Activations | None = None,
     **worker_options: Any,
 ) -> Worker:
-    """An in-process controller worker on ``task_queue`` (the SDK's default sandbox; the
+    """An in-process controller worker on ``task_queue`` (the SDK's default sandbox, activations
+    inline as ``REAPER_WORKFLOW_INLINE`` says; the
     repair of stuck livenesses replays as ``worker.py`` does), counting its activations in
     ``activations`` if given, with further ``Worker`` options if given
     (``max_cached_workflows=1``: nearly every activation replays its history first)."""
@@ -222,7 +224,12 @@ def controller(
         workflows=ALL_WORKFLOWS,
         activities=acts.all(),
         interceptors=[ControllerHooks()],
-        **{"workflow_runner": ValidatedOnce(activations=activations), **worker_options},
+        **{
+            "workflow_runner": ValidatedOnce(activations=activations),
+            # As worker.py runs them (REAPER_WORKFLOW_INLINE), unless a test says otherwise.
+            "workflow_task_executor": workflow_task_executor(settings.workflow_inline),
+            **worker_options,
+        },
     )
 
 
