@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import asyncpg
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from reaper.cli.agent import Agent
@@ -24,7 +24,7 @@ from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
 from tests.support.releases import HISTORIES
-from tests.support.upgrade import sequence
+from tests.support.upgrade import histories_where, sequence
 from workflows.common import fleet_monitor_id, liveness_id
 from workflows.fleet import FleetMonitor
 
@@ -55,18 +55,9 @@ def agent(
     )
 
 
-async def histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """The history of every run of ``workflow_id``."""
-    found = []
-    async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
-        handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
-        found.append(await handle.fetch_history())
-    return found
-
-
 async def update_events(client: Client, worker: str) -> list[str]:
     """The update events of every run of ``worker``'s liveness."""
-    runs = await histories(client, liveness_id(worker))
+    runs = await histories_where(client, f"WorkflowId = '{liveness_id(worker)}'")
     return [e for h in runs for e in sequence(h) if "UPDATE" in e]
 
 
@@ -231,7 +222,9 @@ async def test_a_migration_steps_on_its_reports_not_on_the_monitors_tick(
                 (x, "running", None),
                 (x, "running", None),
             ], rows
-            runs = await histories(client, fleet_monitor_id(tq))  # it continues as new often
+            runs = await histories_where(
+                client, f"WorkflowId = '{fleet_monitor_id(tq)}'"
+            )  # it continues as new often
             fired = [e for h in runs for e in sequence(h) if e.startswith("TIMER_FIRED")]
             assert fired == [], (fired, drained_at)  # no tick came: the wakes did it all
             woken = [sequence(h).count("WORKFLOW_EXECUTION_SIGNALED:upkeep") for h in runs]

@@ -144,9 +144,13 @@ class Observer:
 
 async def histories(client: Client, task_queue: str) -> list[WorkflowHistory]:
     """Every run (open or closed) of every workflow on ``task_queue``."""
-    found = [
-        (wf.id, wf.run_id) async for wf in client.list_workflows(f"TaskQueue = '{task_queue}'")
-    ]
+    return await histories_where(client, f"TaskQueue = '{task_queue}'")
+
+
+async def histories_where(client: Client, query: str) -> list[WorkflowHistory]:
+    """Every run (open or closed) the visibility ``query`` lists
+    (``WorkflowId = 'liveness-w'``, ``TaskQueue = 'tq'``)."""
+    found = [(wf.id, wf.run_id) async for wf in client.list_workflows(query)]
     return [await client.get_workflow_handle(wid, run_id=run).fetch_history() for wid, run in found]
 
 
