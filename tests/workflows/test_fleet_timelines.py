@@ -477,23 +477,30 @@ class Driver:
     async def check(self, where: str) -> None:
         workers = await self.caught_up(where)
         now = await self.server_now()
-        tasks = {
-            r["id"]: (r["service"], r["worker"], r["state"], r["stop_reason"], r["replaces"])
-            for r in await self.pool.fetch("SELECT * FROM reaper.tasks")
-        }
-        migrating = bool(
-            await self.pool.fetchval(
-                "SELECT count(*) FROM reaper.workers WHERE migrate_until IS NOT NULL"
-            )
-        )
-        handles: dict[str, list[str]] = {}
-        for r in await self.pool.fetch(
-            "SELECT worker, handle FROM reaper.containers UNION ALL"
-            " SELECT worker, handle FROM reaper.volumes"
+        # One snapshot: read statement by statement, a migration that ended between the tasks'
+        # read and the workers' showed its surge with no migration (a false violation of
+        # (1) under load, 7 December).
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            handles.setdefault(r["worker"], []).append(r["handle"])
-        desired = dict(await self.pool.fetch("SELECT name, desired_count FROM reaper.services"))
-        surges = dict(await self.pool.fetch("SELECT name, max_surge FROM reaper.services"))
+            tasks = {
+                r["id"]: (r["service"], r["worker"], r["state"], r["stop_reason"], r["replaces"])
+                for r in await conn.fetch("SELECT * FROM reaper.tasks")
+            }
+            migrating = bool(
+                await conn.fetchval(
+                    "SELECT count(*) FROM reaper.workers WHERE migrate_until IS NOT NULL"
+                )
+            )
+            handles: dict[str, list[str]] = {}
+            for r in await conn.fetch(
+                "SELECT worker, handle FROM reaper.containers UNION ALL"
+                " SELECT worker, handle FROM reaper.volumes"
+            ):
+                handles.setdefault(r["worker"], []).append(r["handle"])
+            desired = dict(await conn.fetch("SELECT name, desired_count FROM reaper.services"))
+            surges = dict(await conn.fetch("SELECT name, max_surge FROM reaper.services"))
         snap = Snapshot(now, workers, tasks, handles)
         prev = self.prev
         at = f"{where} (server {now.isoformat(timespec='seconds')})"
