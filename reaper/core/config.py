@@ -6,13 +6,14 @@ Durations are seconds (a number) or a string such as ``30s``, ``5m``, ``1h``, ``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from reaper.core.config_values import Seconds, parse_keys
+from reaper.core.config_values import Seconds, controllers_for, parse_keys, process_ports
 from reaper.core.policy import rollout
 from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.rollout import DEFAULT_PEER_VERSION
@@ -146,6 +147,11 @@ class Settings(ConnectionSettings):
     sdk_metrics_port: int = 9465
     """The Temporal SDK's own metrics (workflow and activity task latencies, slots, polls) in
     Prometheus text format at ``http://0.0.0.0:PORT/metrics``; ``0`` turns them off."""
+    controllers: int = Field(default_factory=lambda: controllers_for(os.cpu_count()))
+    """``REAPER_CONTROLLERS``: how many controller processes ``reaper run`` starts (replicas
+    on one task queue; process K serves metrics on both ports + 2(K-1), logs to
+    ``{state_dir}/logs/controller-K.log``). Default one per two cores
+    (``config_values.controllers_for``; docs/capacity.md "The controllers")."""
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
@@ -239,6 +245,12 @@ class Settings(ConnectionSettings):
                 "REAPER_SDK_METRICS_PORT must differ from REAPER_METRICS_PORT "
                 f"({self.metrics_port})"
             )
+        if self.controllers < 1:
+            raise ValueError(f"REAPER_CONTROLLERS must be at least 1, got {self.controllers}")
+        try:
+            process_ports(self.metrics_port, self.sdk_metrics_port, self.controllers)
+        except ValueError as exc:
+            raise ValueError(f"REAPER_CONTROLLERS: {exc}") from None
         return self
 
 
