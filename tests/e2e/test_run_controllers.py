@@ -72,9 +72,7 @@ def test_run_starts_supervises_and_stops_every_controller_process(tmp_path: Path
     try:
         until(lambda: all(serving(p) for p in logs), proc, log, "two controllers serving")
         text = log.read_text()
-        pids = {
-            int(k): int(p) for k, p in re.findall(r"controller (\d) started \(pid (\d+)", text)
-        }
+        pids = {int(k): int(p) for k, p in re.findall(r"controller (\d) started \(pid (\d+)", text)}
         assert set(pids) == {1, 2} and pids[1] != pids[2], text
         # Each process serves its metrics and the SDK's on ports of its own.
         for p in (metrics, metrics + 1, metrics + 2, metrics + 3):
