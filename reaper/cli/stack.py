@@ -184,6 +184,8 @@ class Stack:
                     "REAPER_STATE_DIR": str(self.state_dir),
                     "REAPER_METRICS_PORT": str(metrics),
                     "REAPER_SDK_METRICS_PORT": str(sdk),
+                    # One process each: its own ports are not checked as the first of N.
+                    "REAPER_CONTROLLERS": "1",
                 },
                 log_path=log_path,
                 name=name,
