@@ -87,9 +87,10 @@ def controllers_for(cpus: int | None) -> int:
     starts on a host with ``cpus`` cores (``os.cpu_count()``; ``None`` when unknown counts
     as one): one per :data:`CORES_PER_CONTROLLER` cores, at least one.
 
-    Why (the measurement is the ``controllers`` setting's docstring's): a controller is one
-    Python process, its workflow code on one core at a time (the GIL), and on the embedded
-    stack the Temporal dev server and Postgres share the host with it.
+    Why: a controller is one Python process, its workflow code on one core at a time (the
+    GIL), and on the embedded stack the Temporal dev server and Postgres share the host; on
+    2 busy cores a second process ran fewer workflow tasks than one (docs/capacity.md,
+    "Controller processes per host").
     """
     return max(1, (cpus or 1) // CORES_PER_CONTROLLER)
 

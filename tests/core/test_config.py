@@ -77,6 +77,8 @@ def test_metrics_ports_default_and_off(monkeypatch):
 
 
 def test_controllers_default_follows_the_hosts_cores(monkeypatch):
+    # One per two cores: one on the measured 2-core host (docs/capacity.md).
+    assert [controllers_for(n) for n in (None, 1, 2, 3, 4, 16)] == [1, 1, 1, 1, 2, 8]
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert load_settings(_env_file=None).controllers == controllers_for(16) > 1
     monkeypatch.setattr("os.cpu_count", lambda: None)  # unknown: one
