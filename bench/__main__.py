@@ -164,6 +164,7 @@ async def measure(
     controller_sandbox: bool = False,
     peer_version: str = RELEASE_LINES[-1],
     controller_settings: dict[str, str] | None = None,
+    fleet_controllers: int = 1,
 ) -> None:
     from bench import bigreport, cost, e2e, failover, history, memory, rotate, throughput, writes
     from bench import scale as bench_scale
@@ -242,13 +243,16 @@ async def measure(
 
         if want("4a", "4b", "4c", "4d", "4e", "5a"):
             f = sizes["fleet"]
-            fleet_ctl = await env.start_controller("fleet", timings(f["hb"], f["stall"], f["lost"]))
-            run.progress(f"controller 'fleet' pid {fleet_ctl.pid} ({fleet_ctl.timings})")
+            ctls = await failover.start_controllers(
+                env, fleet_controllers, timings(f["hb"], f["stall"], f["lost"])
+            )
+            pids = ", ".join(str(c.pid) for c in ctls)
+            run.progress(f"controllers 'fleet' pids {pids} ({ctls[0].timings})")
             res = await phase(
                 ("4a", "4b", "4c", "4d", "4e"),
                 failover.run(
                     env,
-                    fleet_ctl,
+                    ctls,
                     f["workers"],
                     f["victims"],
                     float(f["lost"]),
@@ -260,7 +264,8 @@ async def measure(
             record(res[0] if res else None)
             quiet = res[1]["bystander"] if res else "fleet-00000"
             record(await phase(("5a",), history.per_heartbeat(env.client, quiet, "steady-0000")))
-            fleet_ctl.stop()
+            for c in ctls:
+                c.stop()
 
         if want("6", "8b"):
             mem = sizes["memory"]
@@ -394,6 +399,14 @@ def main(argv: list[str] | None = None) -> int:
         "REAPER_STICKY_TIMEOUT=30s",
     )
     p.add_argument(
+        "--fleet-controllers",
+        metavar="N",
+        type=int,
+        default=1,
+        help="metric 4's fleet served by N controller processes on one task queue and "
+        "database, as reaper run's REAPER_CONTROLLERS starts them (default 1)",
+    )
+    p.add_argument(
         "--scale",
         action="store_true",
         help="also run the scale phase at full size (metric 7: 10,000 workers against two "
@@ -415,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(not k.startswith("REAPER_") or not eq for k, eq, _ in pairs):
         p.error("--controller-setting takes REAPER_NAME=VALUE")
     extra = {k: v for k, _, v in pairs}
+    if args.fleet_controllers < 1:
+        p.error("--fleet-controllers takes a number of processes, at least 1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     command = " ".join(["python -m bench"] + (argv if argv is not None else sys.argv[1:]))
     info = machine()
@@ -423,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         f"REAPER_PEER_VERSION={args.peer_version}, "
         f"REAPER_WORKFLOW_SANDBOX={str(args.controller_sandbox).lower()}"
         + "".join(f", {k}={v}" for k, v in extra.items())
+        + f"; metric 4's fleet: {args.fleet_controllers} controller process(es)"
     )
     run.progress(f"{command}: " + "; ".join(f"{k} {v}" for k, v in info.items()))
     # A SIGTERM stops the bench as Ctrl-C does, so its stack is stopped on the way out (a
@@ -441,6 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.controller_sandbox,
                 args.peer_version,
                 extra,
+                args.fleet_controllers,
             )
         )
     except KeyboardInterrupt:

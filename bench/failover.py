@@ -22,14 +22,17 @@ Beside each kill, one no-op workflow per victim sleeps ``LOST_AFTER`` on the sam
 p99 and the maximum of the healthy livenesses' workflow-task waits in the queue (the
 backlog, not only the mean). The second kill (4d, 4e) runs with ``python -c "while True:
 pass"`` beside the stack (one core of the machine's two busy), on other victims of the same
-fleet.
+fleet. The lines, each beside its floor, and their targets are bench/failover_report.py's.
+
+The fleet is served by one controller process or, with ``python -m bench
+--fleet-controllers N``, by N on one task queue and one database (replicas, as ``reaper
+run`` starts them on a host with the cores: ``REAPER_CONTROLLERS``); their CPU is summed,
+their SDK histograms merged and all their logs read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import statistics
 import time
 import uuid
 
@@ -37,10 +40,10 @@ import asyncpg
 
 from bench.common import Progress, wait_until
 from bench.env import BenchEnv, Controller
-from bench.floor import cpu_hog, watch_floors, watch_text, worst_watch
-from bench.history import quantile, spread
+from bench.failover_report import loss_metrics, queue_waits
+from bench.floor import cpu_hog, watch_floors
 from bench.loss import Loss, kill_and_judge
-from bench.result import Metric, verdict
+from bench.result import Metric
 from reaper.kit.agents import SimAgent
 from reaper.kit.fleet import SimFleet
 
@@ -77,9 +80,21 @@ async def ramp(
     return time.monotonic() - start
 
 
+async def start_controllers(env: BenchEnv, count: int, timings: dict[str, str]) -> list[Controller]:
+    """``count`` controller processes for the fleet, on one task queue and one database
+    (``fleet``, then its replicas ``fleet-2`` ...; each with metrics ports and a log of its
+    own); returned once every one polls the task queue."""
+    first = await env.start_controller("fleet", timings)
+    rest = [
+        await env.start_controller(f"fleet-{i}", timings, replica_of=first)
+        for i in range(2, count + 1)
+    ]
+    return [first, *rest]
+
+
 async def run(
     env: BenchEnv,
-    ctl: Controller,
+    ctls: list[Controller],
     workers: int,
     victims: int,
     lost_after: float,
@@ -87,8 +102,9 @@ async def run(
     progress: Progress,
     hog: bool = True,
 ) -> tuple[list[Metric], dict[str, str]]:
-    """4a, 4b and 4c; with ``hog``, 4d and 4e too (a second kill, a CPU hog beside)."""
-    client = env.client
+    """4a, 4b and 4c; with ``hog``, 4d and 4e too (a second kill, a CPU hog beside).
+    ``ctls`` are the controller processes serving the fleet (:func:`start_controllers`)."""
+    client, ctl = env.client, ctls[0]
     noop = env.start_noop_worker(f"bench-sleep-{uuid.uuid4().hex[:6]}", lost_after)
     await env.wait_noop(noop)
     give_up = lost_after + min(60.0, 3 * lost_after)
@@ -131,7 +147,7 @@ async def run(
         healthy = [n for n in names if n not in held]
         sample = healthy[:: max(1, len(healthy) // 200)]
         loss = await kill_and_judge(
-            client, ctl, pool, fleet, noop, sample, tasks[0], lost_after, "alone"
+            client, ctls, pool, fleet, noop, sample, tasks[0], lost_after, "alone"
         )
         loss.watch = floors[0]
         loads.append((loss, ""))
@@ -140,7 +156,7 @@ async def run(
             with cpu_hog(env):
                 await asyncio.sleep(interval)
                 loss = await kill_and_judge(
-                    client, ctl, pool, fleet, noop, sample, tasks[1], lost_after, "hog"
+                    client, ctls, pool, fleet, noop, sample, tasks[1], lost_after, "hog"
                 )
             loss.watch = floors[1]
             loads.append((loss, "with a CPU hog beside"))
@@ -151,120 +167,13 @@ async def run(
     head = (
         f"{workers} workers beating every {interval:g}s ({fleet.sent} beats sent, "
         f"{fleet.errors} failed, load generator at most {fleet.max_lateness:.2f} s late); "
-        f"ramp-up {took:.0f} s; {victims} killed at once"
+        f"ramp-up {took:.0f} s; {victims} killed at once; {len(ctls)} controller "
+        f"process{'es' if len(ctls) > 1 else ''} on one task queue"
     )
     out: list[Metric] = []
-    keys = [("4a", "4b"), ("4d", "4e")]
-    for (loss, label), (k_lost, k_repl) in zip(loads, keys, strict=False):
-        out += _metrics(loss, k_lost, k_repl, head, label)
-    out.append(_waits(loads))
+    # 4a/4b against LOST_AFTER (issue 20); 4d/4e, with the hog, against the floor (issue 36).
+    keys = [("4a", "4b", False), ("4d", "4e", True)]
+    for (loss, label), (k_lost, k_repl, of_floor) in zip(loads, keys, strict=False):
+        out += loss_metrics(loss, k_lost, k_repl, head, label, of_floor)
+    out.append(queue_waits(loads))
     return out, {"bystander": names[0]}
-
-
-def _waits(loads: list[tuple[Loss, str]]) -> Metric:
-    parts, details = [], []
-    for loss, label in loads:
-        parts.append(
-            f"p99 {quantile(loss.waits, 0.99):.2f} s, max {max(loss.waits, default=0):.2f} s"
-            + (f" {label}" if label else "")
-        )
-        p99, count = loss.sdk_p99
-        details.append(
-            f"{label or 'alone'}: workflow tasks of {loss.sampled} healthy livenesses, from the "
-            f"kill until the last replacement, waited {spread(loss.waits)} in the task queue "
-            f"({len(loss.waits)} tasks, from their histories); the controller's SDK "
-            f"histogram ({SDK_NOTE}): p99 <= {p99:.2f} s, max <= {loss.sdk_max:.2f} s over "
-            f"{count:,} workflow tasks"
-        )
-    return Metric("4c", "; ".join(parts), "(reported)", "INFO", details)
-
-
-SDK_NOTE = "temporal_workflow_task_schedule_to_start_latency, every workflow task it ran"
-
-
-def _metrics(loss: Loss, k_lost: str, k_repl: str, head: str, label: str) -> list[Metric]:
-    lost_after, victims, give_up = loss.lost_after, len(loss.victims), loss.give_up
-    ctl_cores, tmp_cores, gen_cores, load = loss.cores
-    floor = (
-        f"no-op timer of LOST_AFTER: {spread(loss.sleepers)} late"
-        if loss.sleepers
-        else "no-op timer: none closed"
-    )
-    common = [
-        head + (f"; {label}" if label else ""),
-        f"healthy workers wrongly stalled: {loss.false_stalls} ({loss.stalled_before} "
-        "before the kill)",
-        f"from the kill until the last replacement: controller process {ctl_cores:.2f} CPU "
-        f"cores, dev server {tmp_cores:.2f}, load generator {gen_cores:.2f}, machine load "
-        f"average {load:.1f} on {os.cpu_count()} cores; workflow tasks of {loss.sampled} "
-        f"healthy workers' livenesses waited {spread(loss.waits)} in the task queue and took "
-        f"{spread(loss.runs)} from start to completion on the controller "
-        f"({len(loss.runs)} tasks)",
-        f"the floor: {len(loss.sleepers)} BenchSleeper workflows (unsandboxed, a worker of "
-        f"their own) started at the kill, each sleeping LOST_AFTER, closed {floor}",
-        f"the floor under this load: {len(loss.victims)} of the same number of BenchWatch "
-        "workflows (the cheapest liveness: each beat restarts one timer of LOST_AFTER; no "
-        "rule, row or reap; unsandboxed, the no-op worker), beaten the same way before "
-        f"reaper's fleet and killed at once, closed {watch_text(loss)}",
-        f"outage grace (a deadline judged more than HEARTBEAT_INTERVAL late extends LOST_AFTER "
-        f"by STALL_AFTER; controller log): {loss.graces[0]} times for {loss.graces[1]} of the "
-        f"victims, {loss.graces[2]} times for others",
-        f"the victims' workflow tasks (deadline timers, state records, reap): waited "
-        f"{spread(loss.vwaits)}, ran {spread(loss.vruns)}; their deadline timers fired "
-        f"{spread(loss.vlate)} after due on the server",
-    ]
-    limits = {k_lost: lost_after + 1.0, k_repl: lost_after + 2.0}
-    lost_m = Metric(
-        k_lost,
-        _value(loss.to_lost, victims, lost_after, give_up, "lost"),
-        f"<= {limits[k_lost]:g} s",
-        verdict(len(loss.to_lost) == victims and max(loss.to_lost) <= limits[k_lost]),
-        [
-            *common,
-            "per victim, last beat -> lost committed: "
-            + ", ".join(f"{x:.2f}" for x in sorted(loss.to_lost)),
-            "controller's own view (workers.state_since - last_heartbeat_at): "
-            + ", ".join(f"{x:.2f}" for x in loss.ctl_view),
-        ],
-    )
-    repl_m = Metric(
-        k_repl,
-        _value(loss.to_repl, victims, lost_after, give_up, "replaced"),
-        f"<= {limits[k_repl]:g} s",
-        verdict(len(loss.to_repl) == victims and max(loss.to_repl) <= limits[k_repl]),
-        [
-            "per victim, last beat -> replacement placed: "
-            + ", ".join(f"{x:.2f}" for x in sorted(loss.to_repl)),
-            f"slowest victim {loss.slow}, seconds after its last beat (server event times):",
-        ]
-        + [f"  {p}" for p in loss.paths],
-    )
-    for m, xs in ((lost_m, loss.to_lost), (repl_m, loss.to_repl)):
-        if m.verdict == "MISS":
-            worst_s = (
-                f"{max(xs) - lost_after:.2f} s"
-                if len(xs) == victims
-                else f"more than {give_up - lost_after:.0f} s"
-            )
-            m.why = (
-                f"worst {worst_s} past LOST_AFTER (a no-op timer of LOST_AFTER: at most "
-                f"{max(loss.sleepers, default=0):.2f} s; a no-op liveness under the same "
-                f"load: {worst_watch(loss)}), with the controller "
-                f"at {ctl_cores:.2f} cores and the dev server at {tmp_cores:.2f} on a "
-                f"machine at load {load:.1f}: the victims' deadline timers fired up to "
-                f"{max(loss.vlate, default=0):.2f} s late on the server; their workflow tasks "
-                f"waited up to {max(loss.vwaits, default=0):.2f} s in the task queue and ran up "
-                f"to {max(loss.vruns, default=0):.2f} s; the outage grace was granted "
-                f"{loss.graces[0]} times to {loss.graces[1]} victims; after the lost timer, "
-                "the WorkerReap child's first task follows in sequence (at peer version 1.0, "
-                "without in-task-loss, also the record_worker_state and reap_worker "
-                "activities and a task between them; the slowest victim's events are listed)"
-            )
-    return [lost_m, repl_m]
-
-
-def _value(xs: list[float], victims: int, lost_after: float, give_up: float, what: str) -> str:
-    text = f"median {statistics.median(xs):.2f} s, max {max(xs):.2f} s" if xs else "none"
-    if len(xs) < victims:
-        text += f"; {victims - len(xs)} of {victims} not {what} {give_up:.0f} s after the kill"
-    return text + f" (LOST_AFTER {lost_after:g} s)"

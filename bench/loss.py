@@ -21,6 +21,7 @@ import os
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -38,17 +39,20 @@ from workflows.common import liveness_id
 SDK_WAIT = "temporal_workflow_task_schedule_to_start_latency"
 
 
-def sdk_buckets(ctl: Controller) -> Counter[float]:
-    """Cumulative bucket counts of the controller's workflow-task schedule-to-start latency
-    (milliseconds, summed over task queues and workflow types)."""
-    url = f"http://127.0.0.1:{ctl.sdk_metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        text = resp.read().decode()
+def sdk_buckets(*ctls: Controller) -> Counter[float]:
+    """Cumulative bucket counts of the controllers' workflow-task schedule-to-start latency
+    (milliseconds, summed over task queues, workflow types and the controllers given: the
+    buckets are the SDK's, the same in every process, so the sum is the histogram of every
+    workflow task any of them ran)."""
     out: Counter[float] = Counter()
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == f"{SDK_WAIT}_bucket":
-                out[float(s.labels["le"])] += int(s.value)
+    for ctl in ctls:
+        url = f"http://127.0.0.1:{ctl.sdk_metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name == f"{SDK_WAIT}_bucket":
+                    out[float(s.labels["le"])] += int(s.value)
     return out
 
 
@@ -78,7 +82,10 @@ class Loss:
     watch: list[float] = field(default_factory=list)
     """Each ``BenchWatch`` victim's close after its last beat (the floor under load)."""
     cores: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
-    """Controller, dev server, load generator (CPU cores), machine load average."""
+    """Controllers (their sum), dev server, load generator (CPU cores), machine load
+    average."""
+    ctl_cores: list[float] = field(default_factory=list)
+    """Each controller process's CPU cores (``cores[0]`` is their sum)."""
     waits: list[float] = field(default_factory=list)
     runs: list[float] = field(default_factory=list)
     vwaits: list[float] = field(default_factory=list)
@@ -108,7 +115,7 @@ async def _sleepers(
 
 async def kill_and_judge(
     client: Client,
-    ctl: Controller,
+    ctls: Sequence[Controller],
     pool: asyncpg.Pool,
     fleet: SimFleet,
     noop: NoopWorker,
@@ -117,7 +124,9 @@ async def kill_and_judge(
     lost_after: float,
     tag: str,
 ) -> Loss:
-    """Stop the beats of ``tasks``' workers (victim -> its task) at once and measure."""
+    """Stop the beats of ``tasks``' workers (victim -> its task) at once and measure;
+    ``ctls`` are every controller process serving the fleet (one task queue, one database):
+    their CPU is summed, their SDK histograms merged, their logs read."""
     doomed = list(tasks)
     loss = Loss(doomed, lost_after, lost_after + min(60.0, 3 * lost_after))
     dead = [n for n, w in fleet.agents.items() if not w.alive or n in tasks]
@@ -127,8 +136,9 @@ async def kill_and_judge(
         dead,
     )
     temporal, me = temporal_processes(), [psutil.Process()]
-    c0, t0, d0, w0 = ctl.cpu_seconds(), cpu(temporal), cpu(me), time.monotonic()
-    s0 = await asyncio.to_thread(sdk_buckets, ctl)
+    c0 = [c.cpu_seconds() for c in ctls]
+    t0, d0, w0 = cpu(temporal), cpu(me), time.monotonic()
+    s0 = await asyncio.to_thread(sdk_buckets, *ctls)
     fleet.kill(doomed)
     killed_at = time.time()
     started = await _sleepers(client, noop, len(doomed), lost_after, tag)
@@ -145,13 +155,14 @@ async def kill_and_judge(
     except TimeoutError:
         pass  # measured as such: the victims not lost or not replaced by then
     wall = time.monotonic() - w0
+    loss.ctl_cores = [(c.cpu_seconds() - c0[i]) / wall for i, c in enumerate(ctls)]
     loss.cores = (
-        (ctl.cpu_seconds() - c0) / wall,
+        sum(loss.ctl_cores),
         (cpu(temporal) - t0) / wall,
         (cpu(me) - d0) / wall,
         os.getloadavg()[0],
     )
-    s1 = await asyncio.to_thread(sdk_buckets, ctl)
+    s1 = await asyncio.to_thread(sdk_buckets, *ctls)
     loss.sdk_p99 = bucket_quantile(s0, s1, 0.99)
     loss.sdk_max = bucket_quantile(s0, s1, 1.0)[0]
     await asyncio.sleep(0.5)
@@ -200,7 +211,7 @@ async def kill_and_judge(
         await timeline(client, wid, last[s] + 1.0, last[s])
         for wid in (liveness_id(s), f"reap-{s}-1")
     ]
-    loss.graces = graces(set(doomed), ctl)
+    loss.graces = graces(set(doomed), *ctls)
     return loss
 
 

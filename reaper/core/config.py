@@ -6,13 +6,14 @@ Durations are seconds (a number) or a string such as ``30s``, ``5m``, ``1h``, ``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from reaper.core.config_values import Seconds, parse_keys
+from reaper.core.config_values import Seconds, controllers_for, parse_keys, process_ports
 from reaper.core.policy import rollout
 from reaper.core.policy.auth import AuthMode
 from reaper.core.policy.rollout import DEFAULT_PEER_VERSION
@@ -143,7 +144,7 @@ class Settings(ConnectionSettings):
     """``REAPER_WORKFLOW_INLINE``: run each workflow activation on the controller's event loop
     (``reaper.infra.temporal.InlineActivations``) instead of the SDK's thread pool. On by
     default: with one Python thread doing the work anyway (the GIL), the hand-off to a pool
-    thread and back cost about a sixth of the controller's CPU per beat (2.90 against 2.38
+    thread and back cost about a fifth of the controller's CPU per beat (2.62 against 2.06
     ms a beat, BENCHMARKS.md metric 1, issue 36). Off gives back the SDK's deadlock
     detection (an activation still running after 2 s fails its workflow task), at that
     cost. Python 3.14 and later always use the thread pool."""
@@ -154,6 +155,13 @@ class Settings(ConnectionSettings):
     sdk_metrics_port: int = 9465
     """The Temporal SDK's own metrics (workflow and activity task latencies, slots, polls) in
     Prometheus text format at ``http://0.0.0.0:PORT/metrics``; ``0`` turns them off."""
+    controllers: int = Field(default_factory=lambda: controllers_for(os.cpu_count()))
+    """``REAPER_CONTROLLERS``: how many controller processes ``reaper run`` starts (replicas
+    on one task queue; process K serves metrics on both ports + 2(K-1), logs to
+    ``{state_dir}/logs/controller-K.log``). Default one per two cores, at least one
+    (``config_values.controllers_for``): on 2 busy cores a second process took CPU from
+    Temporal (0.67 cores against 0.52) and ran fewer workflow tasks (51/s against 57; bench
+    metric 4, docs/capacity.md "Controller processes per host")."""
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
@@ -247,6 +255,12 @@ class Settings(ConnectionSettings):
                 "REAPER_SDK_METRICS_PORT must differ from REAPER_METRICS_PORT "
                 f"({self.metrics_port})"
             )
+        if self.controllers < 1:
+            raise ValueError(f"REAPER_CONTROLLERS must be at least 1, got {self.controllers}")
+        try:
+            process_ports(self.metrics_port, self.sdk_metrics_port, self.controllers)
+        except ValueError as exc:
+            raise ValueError(f"REAPER_CONTROLLERS: {exc}") from None
         return self
 
 

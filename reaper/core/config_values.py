@@ -76,3 +76,44 @@ def parse_keys(value: Any) -> tuple[str, ...]:
                 "`reaper keygen --out FILE` makes a key and prints it)"
             )
     return keys
+
+
+CORES_PER_CONTROLLER = 2
+"""Host cores per controller process of ``reaper run`` (:func:`controllers_for`)."""
+
+
+def controllers_for(cpus: int | None) -> int:
+    """The default of ``REAPER_CONTROLLERS``: how many controller processes ``reaper run``
+    starts on a host with ``cpus`` cores (``os.cpu_count()``; ``None`` when unknown counts
+    as one): one per :data:`CORES_PER_CONTROLLER` cores, at least one.
+
+    Why: a controller is one Python process, its workflow code on one core at a time (the
+    GIL), and on the embedded stack the Temporal dev server and Postgres share the host; on
+    2 busy cores a second process ran fewer workflow tasks than one (docs/capacity.md,
+    "Controller processes per host").
+    """
+    return max(1, (cpus or 1) // CORES_PER_CONTROLLER)
+
+
+def process_ports(metrics_port: int, sdk_metrics_port: int, count: int) -> list[tuple[int, int]]:
+    """Each of ``count`` controller processes' ``(metrics port, SDK metrics port)`` on one
+    host: the first has the ports set, each further one the next pair (``+2``, ``+4`` ...:
+    9464/9465, 9466/9467 ... at the defaults); a port set to ``0`` (off) stays ``0``.
+
+    Raises:
+        ValueError: two processes would share a port, or one would pass 65535.
+    """
+    out = [
+        (metrics_port and metrics_port + 2 * i, sdk_metrics_port and sdk_metrics_port + 2 * i)
+        for i in range(count)
+    ]
+    used = [p for pair in out for p in pair if p]
+    if len(set(used)) < len(used):
+        raise ValueError(
+            f"{count} controller processes take the metrics ports {metrics_port} and "
+            f"{sdk_metrics_port} and the next pairs (+2 each), which collide: set the two "
+            "ports an odd distance apart (9464 and 9465 by default)"
+        )
+    if used and max(used) > 65535:
+        raise ValueError(f"{count} controller processes' metrics ports pass 65535")
+    return out

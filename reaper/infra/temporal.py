@@ -245,8 +245,8 @@ class InlineActivations(concurrent.futures.ThreadPoolExecutor):
     With the thread pool, every activation is a hand-off to a pool thread, a wait for the
     GIL, and a wake-up of the event loop through its self-pipe when it is done; with one
     Python thread doing all the work anyway (the GIL), those cost a controller about a
-    sixth of its CPU per beat (metric 1: 2.90 ms a beat with the pool, 2.38 ms inline, in
-    two runs 20 minutes apart on 7 December, issue 36). What the pool
+    fifth of its CPU per beat (metric 1 on 7 December: 2.62 ms a beat with the pool, 2.06
+    ms inline, the no-op worker 1.66 and 1.57 ms; issue 36). What the pool
     gave is the SDK's deadlock detection: an activation still running after 2 s fails its
     workflow task. Inline, nothing interrupts an activation; reaper's workflows are its own
     code, and an activation slowed by a starved CPU (a CPU hog beside it, 4d) is no longer

@@ -83,6 +83,9 @@ def test_documented_default_is_the_real_default(name: str) -> None:
     documented = documented_defaults()[f"REAPER_{name.upper()}"]
     field = Settings.model_fields[name]
     value = re.fullmatch(r"`([^`]*)`", documented)
+    if field.default_factory is not None:  # derived from the host (REAPER_CONTROLLERS)
+        assert value is None and "core" in documented, f"{name}: documented {documented}"
+        return
     if field.default is None or field.default == ():
         assert value is None, f"{name}: documented {documented}, the default is unset"
         return

@@ -99,6 +99,12 @@ def run(
         metavar="PORT",
         help="The port of the Temporal Web UI (env REAPER_UI_PORT; default 8233).",
     ),
+    controllers: int | None = typer.Option(
+        None,
+        metavar="N",
+        help="How many controller processes to run on the task queue, each restarted when it "
+        "dies (env REAPER_CONTROLLERS; default one per two cores).",
+    ),
 ) -> None:
     """Run the controller on the embedded stack (Temporal dev server with its Web UI, and
     Postgres) until Ctrl-C or SIGTERM, then stop everything. Durations are seconds (30) or
@@ -122,6 +128,7 @@ def run(
             dry_run=dry_run,
             state_dir=state_dir,
             ui_port=ui_port,
+            controllers=controllers,
         )
     except CliError as exc:
         fail(exc)
@@ -178,8 +185,12 @@ def print_stack(stack: Stack) -> None:
         "Postgres",
         "embedded, " + str(stack.postgres.pgdata) if stack.postgres else "REAPER_DATABASE_URL",
     )
-    pid = stack.controller.pid if stack.controller is not None else None
-    table.add_row("Controller", f"pid {pid}, task queue {s.task_queue!r}")
+    pids = ", ".join(str(c.pid) for c in stack.controllers)
+    if len(stack.controllers) > 1:
+        table.add_row("Controllers", f"{len(stack.controllers)}, pids {pids}")
+        table.add_row("", f"task queue {s.task_queue!r}, logs in {stack.state_dir / 'logs'}")
+    else:
+        table.add_row("Controller", f"pid {pids}, task queue {s.task_queue!r}")
     # Two rows, each under 80 columns with the widest label: one row wrapped mid-phrase.
     table.add_row(
         "Timings",
