@@ -1,0 +1,182 @@
+"""``python -m bench.plain_why``: the plain client's cases (bench/plain_client.py) against
+reaper and the no-op, on a stack of its own (dev server, Postgres, one controller with
+metric 1's timings, the no-op worker), to find why a plain client and the bench's metric 1
+disagree. Each case is a set of knobs; one factor varied per case against a base::
+
+    python -m bench.plain_why --reps 3 --case base --case in_flight=64 --case warm=1
+
+Rounds: every repetition runs every case, the no-op first on even repetitions and reaper
+first on odd ones, on new workflow ids each time. Printed per case: the handled and sent
+ratios (reaper's rate / the no-op's rate of the same repetition: median, min-max), the rates,
+CPU per beat of the controller and of the no-op worker, and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import asyncpg
+
+from bench.plain_client import Burst, Case, Side, burst, handles_of, spread
+
+
+@dataclass
+class CaseResult:
+    """A case's bursts, reaper's and the no-op's, one pair per repetition (``pairs``)."""
+
+    case: Case
+    pairs: list[tuple[Burst, Burst]]
+    loads: list[float]
+
+    def ratios(self, clock: Callable[[Burst], float]) -> list[float]:
+        """reaper / no-op of ``clock`` (a rate) per repetition."""
+        return [clock(r) / clock(n) for r, n in self.pairs]
+
+    def lines(self) -> list[str]:
+        """The case's summary, one line per clock and one for CPU."""
+        hr = self.ratios(lambda b: b.handled_rate)
+        sr = self.ratios(lambda b: b.sent_rate)
+        cpu = [r.cpu_ms / n.cpu_ms for r, n in self.pairs]
+
+        def rates(i: int, clock: Callable[[Burst], float]) -> str:
+            return ", ".join(f"{clock(p[i]):.0f}" for p in self.pairs)
+
+        return [
+            f"{self.case.label()}: handled ratio {spread(hr)}; sent ratio {spread(sr)}; "
+            f"load {min(self.loads):.1f}-{max(self.loads):.1f}",
+            f"  handled/s reaper {rates(0, lambda b: b.handled_rate)} vs no-op "
+            f"{rates(1, lambda b: b.handled_rate)}; sent/s reaper "
+            f"{rates(0, lambda b: b.sent_rate)} vs no-op {rates(1, lambda b: b.sent_rate)}",
+            "  CPU per beat: controller "
+            + ", ".join(f"{r.cpu_ms:.2f}" for r, _ in self.pairs)
+            + " ms vs no-op worker "
+            + ", ".join(f"{n.cpu_ms:.2f}" for _, n in self.pairs)
+            + f" ms = {spread(cpu)}x",
+        ]
+
+
+async def known_rows(db_url: str, case: Case, prefix: str) -> None:
+    """The handles ``case`` reports on workers ``{prefix}-NNNN``, as rows (state
+    ``created``) of the controller's ``reaper.containers``: its reports are unchanged."""
+    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=1)
+    try:
+        names = [f"{prefix}-{i:04d}" for i in range(case.workers)]
+        await pool.copy_records_to_table(
+            "containers",
+            schema_name="reaper",
+            columns=["handle", "worker", "state"],
+            records=[(h, w, "created") for w in names for h in handles_of(w, case.handles)],
+        )
+    finally:
+        await pool.close()
+
+
+async def compare(
+    client: object,
+    reaper: Side,
+    noop: Side,
+    cases: list[Case],
+    reps: int,
+    db_url: str,
+    progress: Callable[[str], None] = print,
+) -> list[CaseResult]:
+    """Every case ``reps`` times against both sides (see the module); one result per case."""
+    from temporalio.client import Client
+
+    assert isinstance(client, Client)
+    results = [CaseResult(c, [], []) for c in cases]
+    for rep in range(reps):
+        for res in results:
+            tag = uuid.uuid4().hex[:4]
+            got: dict[str, Burst] = {}
+            for side in (noop, reaper) if rep % 2 == 0 else (reaper, noop):
+                prefix = f"pl{tag}-{'r' if side.is_reaper else 'n'}"
+                if side.is_reaper and res.case.known:
+                    await known_rows(db_url, res.case, prefix)
+                got[side.name] = await burst(client, side, res.case, prefix)
+                await asyncio.sleep(0.5)
+            res.pairs.append((got[reaper.name], got[noop.name]))
+            res.loads.append(os.getloadavg()[0])
+            r, n = res.pairs[-1]
+            progress(
+                f"rep {rep} {res.case.label()}: handled {r.handled_rate:.0f} vs "
+                f"{n.handled_rate:.0f}/s, sent {r.sent_rate:.0f} vs {n.sent_rate:.0f}/s, "
+                f"CPU {r.cpu_ms:.2f} vs {n.cpu_ms:.2f} ms"
+            )
+    return results
+
+
+def parse_case(base: Case, text: str) -> Case:
+    """``base`` or ``key=value,key=value`` over ``base`` (keys: :class:`Case`'s fields)."""
+    if text == "base":
+        return base
+    types = {f.name: type(getattr(base, f.name)) for f in fields(Case)}
+    changes: dict[str, object] = {}
+    for kv in text.split(","):
+        k, _, v = kv.partition("=")
+        t = types[k]
+        changes[k] = bool(int(v)) if t is bool else t(v)
+    return base.with_(**changes)
+
+
+async def _main(args: argparse.Namespace) -> None:
+    from bench.__main__ import MAIN_TIMINGS
+    from bench.env import BenchEnv
+
+    base = parse_case(Case(), args.base) if args.base else Case()
+    cases = [parse_case(base, c) for c in args.case or ["base"]]
+    env = await BenchEnv.start()
+    try:
+        ctl = await env.start_controller("main", MAIN_TIMINGS)
+        noop_w = env.start_noop_worker(f"plain-noop-{uuid.uuid4().hex[:6]}")
+        await env.wait_noop(noop_w)
+        reaper = Side("reaper", ctl.task_queue, ctl.cpu_seconds)
+        noop = Side(
+            "no-op",
+            noop_w.task_queue,
+            noop_w.cpu_seconds,
+            lambda: asyncio.to_thread(noop_w.handled),
+        )
+        print(f"load average at start {os.getloadavg()}", flush=True)
+        results = await compare(
+            env.client,
+            reaper,
+            noop,
+            cases,
+            args.reps,
+            ctl.db_url,
+            lambda s: print(s, flush=True),
+        )
+        print(f"load average at end {os.getloadavg()}")
+        for res in results:
+            print("\n".join(res.lines()))
+    finally:
+        await env.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.plain_why", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--reps", type=int, default=3, help="repetitions of every case")
+    p.add_argument("--base", help="the base case's knobs, key=value,... (default Case())")
+    p.add_argument(
+        "--case",
+        action="append",
+        help="'base' or key=value,... over the base (repeatable; keys: workers, beats, "
+        "in_flight, order, warm, report, handles, known, settle)",
+    )
+    asyncio.run(_main(p.parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # the Temporal SDK can abort at interpreter exit (docs/platform-notes.md)
