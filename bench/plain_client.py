@@ -56,6 +56,10 @@ class Case:
         known: the reported handles are rows of the controller's database (state
             ``created``), as the bench inserts them; otherwise unknown to it.
         settle: seconds slept after a warm-up (the bench sleeps 2 heartbeat intervals).
+        reuse: every repetition beats the same workflows, their seq going on (the bench's
+            rounds do): from the second on, long-warm workflows; otherwise new ones each time.
+        noop_query: the no-op's beats are known handled by its ``last_seq`` query, polled as
+            reaper's ``state`` (the bench's rounds), not by its worker's counter.
     """
 
     workers: int = 100
@@ -67,13 +71,16 @@ class Case:
     handles: int = 5
     known: bool = False
     settle: float = 0.0
+    reuse: bool = False
+    noop_query: bool = False
 
     def label(self) -> str:
         """One line naming every knob, e.g. ``100x20 worker in-flight 0 cold every/5``."""
         return (
             f"{self.workers}x{self.beats} {self.order} in-flight {self.in_flight or 'none'} "
             f"{'warm' if self.warm else 'cold'} {self.report}/{self.handles}"
-            f"{' known' if self.known else ''}"
+            f"{' known' if self.known else ''}{' reused' if self.reuse else ''}"
+            f"{' no-op-queried' if self.noop_query else ''}"
         )
 
     def with_(self, **changes: Any) -> Case:
@@ -166,31 +173,38 @@ async def _send(client: Client, side: Side, payload: dict[str, Any]) -> None:
     )
 
 
-async def _reaper_seq(client: Client, worker: str) -> int:
+async def _seq(client: Client, side: Side, worker: str) -> int:
+    h = client.get_workflow_handle(side.workflow_id(worker))
     try:
-        raw = await client.get_workflow_handle(liveness_id(worker)).query(STATE_QUERY)
+        raw = await h.query(STATE_QUERY if side.is_reaper else "last_seq")
     except RPCError:
         return -1
-    seq = raw.get("last_seq") if isinstance(raw, dict) else None
+    seq = raw.get("last_seq") if isinstance(raw, dict) else raw
     return seq if isinstance(seq, int) else -1
 
 
 async def wait_handled(
-    client: Client, side: Side, want: dict[str, int], base: float, timeout: float = 300
+    client: Client,
+    side: Side,
+    want: dict[str, int],
+    base: float,
+    query: bool = False,
+    timeout: float = 300,
 ) -> None:
     """Until every worker's beat ``want[worker]`` is handled: reaper's ``state`` queries
     (at most 32 at once, every 20 ms, only the workers not yet there); the no-op's counter
-    reaching ``base`` + the beats sent. Raises TimeoutError."""
+    reaching ``base``, or with ``query`` its ``last_seq`` queries as reaper's. Raises
+    TimeoutError."""
     start = time.monotonic()
     left = dict(want)
     sem = asyncio.Semaphore(32)
 
     async def seq(w: str) -> int:
         async with sem:
-            return await _reaper_seq(client, w)
+            return await _seq(client, side, w)
 
     while True:
-        if side.is_reaper:
+        if side.is_reaper or query:
             names = list(left)
             for w, s in zip(names, await asyncio.gather(*(seq(w) for w in names)), strict=True):
                 if s >= left[w]:
@@ -205,10 +219,17 @@ async def wait_handled(
 
 
 async def burst(
-    client: Client, side: Side, case: Case, prefix: str, boot: str = "boot-plain"
+    client: Client,
+    side: Side,
+    case: Case,
+    prefix: str,
+    first_seq: int = 0,
+    boot: str = "boot-plain",
 ) -> Burst:
-    """Send ``case`` to ``side`` on new workflows ``{prefix}-NNNN``; its clocks.
-    The payloads depend on ``case`` only, not on the side."""
+    """Send ``case`` to ``side`` on workflows ``{prefix}-NNNN``, new ones unless
+    ``first_seq`` > 0 (then those of an earlier burst, whose beats went up to
+    ``first_seq`` - 1, and no warm-up); its clocks. The payloads depend on ``case`` only,
+    not on the side."""
     names = [f"{prefix}-{i:04d}" for i in range(case.workers)]
     lists = {w: handles_of(w, case.handles) for w in names}
 
@@ -216,8 +237,8 @@ async def burst(
         with_report = case.report == "every" or (case.report == "alt" and seq % 2 == 1)
         return beat(w, boot, seq, lists[w] if with_report else None)
 
-    first = 0
-    if case.warm:
+    first = first_seq
+    if case.warm and not first_seq:
         base = await side.handled() if side.handled else 0.0
         await asyncio.gather(*(_send(client, side, payload(w, 0)) for w in names))
         await wait_handled(client, side, dict.fromkeys(names, 0), base + len(names))
@@ -245,7 +266,7 @@ async def burst(
     else:
         await asyncio.gather(*(one(w, s) for s in seqs for w in names))
     sent = time.monotonic() - start
-    await wait_handled(client, side, dict.fromkeys(names, seqs[-1]), base)
+    await wait_handled(client, side, dict.fromkeys(names, seqs[-1]), base, case.noop_query)
     handled = time.monotonic() - start
     return Burst(side.name, case.workers * case.beats, sent, handled, side.cpu() - c0)
 

@@ -22,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import asyncpg
+from temporalio.client import Client
 
+from bench.env import BenchEnv, Controller, NoopWorker
 from bench.plain_client import Burst, Case, Side, burst, handles_of, spread
 
 
@@ -37,6 +39,23 @@ class CaseResult:
     def ratios(self, clock: Callable[[Burst], float]) -> list[float]:
         """reaper / no-op of ``clock`` (a rate) per repetition."""
         return [clock(r) / clock(n) for r, n in self.pairs]
+
+    def rate(self, i: int, clock: Callable[[Burst], float]) -> float:
+        """Side ``i``'s (0 reaper, 1 the no-op) beats over its seconds by ``clock``
+        (``lambda b: b.handled_s`` or ``b.sent_s``), all repetitions together."""
+        return sum(p[i].beats for p in self.pairs) / sum(clock(p[i]) for p in self.pairs)
+
+    def summary(self) -> str:
+        """``handled R vs N/s = X, sent ... = Y; CPU per beat A vs B ms = Zx``."""
+        hr, hn = self.rate(0, lambda b: b.handled_s), self.rate(1, lambda b: b.handled_s)
+        sr, sn = self.rate(0, lambda b: b.sent_s), self.rate(1, lambda b: b.sent_s)
+        cr = sum(p[0].cpu_s for p in self.pairs) / sum(p[0].beats for p in self.pairs) * 1000
+        cn = sum(p[1].cpu_s for p in self.pairs) / sum(p[1].beats for p in self.pairs) * 1000
+        return (
+            f"handled {hr:.0f} vs {hn:.0f}/s = {hr / hn:.2f}, sent {sr:.0f} vs {sn:.0f}/s = "
+            f"{sr / sn:.2f}; CPU per beat: controller {cr:.2f} ms vs no-op worker {cn:.2f} ms"
+            f" = {cr / cn:.2f}x"
+        )
 
     def lines(self) -> list[str]:
         """The case's summary, one line per clock and one for CPU."""
@@ -78,7 +97,7 @@ async def known_rows(db_url: str, case: Case, prefix: str) -> None:
 
 
 async def compare(
-    client: object,
+    client: Client,
     reaper: Side,
     noop: Side,
     cases: list[Case],
@@ -87,19 +106,17 @@ async def compare(
     progress: Callable[[str], None] = print,
 ) -> list[CaseResult]:
     """Every case ``reps`` times against both sides (see the module); one result per case."""
-    from temporalio.client import Client
-
-    assert isinstance(client, Client)
     results = [CaseResult(c, [], []) for c in cases]
     for rep in range(reps):
         for res in results:
-            tag = uuid.uuid4().hex[:4]
+            tag = f"c{results.index(res)}" if res.case.reuse else uuid.uuid4().hex[:4]
+            first = rep * (res.case.beats + res.case.warm) if res.case.reuse else 0
             got: dict[str, Burst] = {}
             for side in (noop, reaper) if rep % 2 == 0 else (reaper, noop):
                 prefix = f"pl{tag}-{'r' if side.is_reaper else 'n'}"
-                if side.is_reaper and res.case.known:
+                if side.is_reaper and res.case.known and not first:
                     await known_rows(db_url, res.case, prefix)
-                got[side.name] = await burst(client, side, res.case, prefix)
+                got[side.name] = await burst(client, side, res.case, prefix, first)
                 await asyncio.sleep(0.5)
             res.pairs.append((got[reaper.name], got[noop.name]))
             res.loads.append(os.getloadavg()[0])
@@ -110,6 +127,35 @@ async def compare(
                 f"CPU {r.cpu_ms:.2f} vs {n.cpu_ms:.2f} ms"
             )
     return results
+
+
+PLAIN = Case(in_flight=0, order="worker", warm=False, report="every", known=False)
+"""The plain client of issue 36: each worker's beats one after another by signal-with-start,
+no other in-flight limit, no warm-up (the first beat registers), every beat an unchanged
+report of handles unknown to the controller (all a client of the contract can send)."""
+
+
+WHY = "see BENCHMARKS.md, issue 36"
+"""Why the plain client's ratio differs from the rounds' (what the bench measured, in short)."""
+
+
+def sides(ctl: Controller, noop: NoopWorker) -> tuple[Side, Side]:
+    """reaper's side (``ctl``) and the no-op's (``noop``, read by its counter)."""
+    return (
+        Side("reaper", ctl.task_queue, ctl.cpu_seconds),
+        Side("no-op", noop.task_queue, noop.cpu_seconds, lambda: asyncio.to_thread(noop.handled)),
+    )
+
+
+async def beside(
+    client: Client, ctl: Controller, noop: NoopWorker, workers: int, beats: int, handles: int
+) -> CaseResult:
+    """:data:`PLAIN` with ``workers`` x ``beats`` and ``handles`` containers per report,
+    once against each side (the no-op first, new workflow ids): metric 1's plain-client
+    line, measured in the bench's run."""
+    reaper, no = sides(ctl, noop)
+    case = PLAIN.with_(workers=workers, beats=beats, handles=handles)
+    return (await compare(client, reaper, no, [case], 1, ctl.db_url, lambda _: None))[0]
 
 
 def parse_case(base: Case, text: str) -> Case:
@@ -127,7 +173,6 @@ def parse_case(base: Case, text: str) -> Case:
 
 async def _main(args: argparse.Namespace) -> None:
     from bench.__main__ import MAIN_TIMINGS
-    from bench.env import BenchEnv
 
     base = parse_case(Case(), args.base) if args.base else Case()
     cases = [parse_case(base, c) for c in args.case or ["base"]]
@@ -136,13 +181,7 @@ async def _main(args: argparse.Namespace) -> None:
         ctl = await env.start_controller("main", MAIN_TIMINGS)
         noop_w = env.start_noop_worker(f"plain-noop-{uuid.uuid4().hex[:6]}")
         await env.wait_noop(noop_w)
-        reaper = Side("reaper", ctl.task_queue, ctl.cpu_seconds)
-        noop = Side(
-            "no-op",
-            noop_w.task_queue,
-            noop_w.cpu_seconds,
-            lambda: asyncio.to_thread(noop_w.handled),
-        )
+        reaper, noop = sides(ctl, noop_w)
         print(f"load average at start {os.getloadavg()}", flush=True)
         results = await compare(
             env.client,
