@@ -53,6 +53,8 @@ class Case:
         report: ``"none"`` (liveness only), ``"every"`` or ``"alt"`` (every other beat, the
             odd ones, as the bench): the beats carrying a complete, unchanged report.
         handles: containers in each report.
+        kinds: ``1``: a report is ``containers`` alone; ``3``: with ``volumes`` and ``tasks``
+            empty lists too (the bench's ``SimAgent`` reports all three kinds).
         known: the reported handles are rows of the controller's database (state
             ``created``), as the bench inserts them; otherwise unknown to it.
         settle: seconds slept after a warm-up (the bench sleeps 2 heartbeat intervals).
@@ -69,6 +71,7 @@ class Case:
     warm: bool = False
     report: str = "every"
     handles: int = 5
+    kinds: int = 1
     known: bool = False
     settle: float = 0.0
     reuse: bool = False
@@ -79,7 +82,8 @@ class Case:
         return (
             f"{self.workers}x{self.beats} {self.order} in-flight {self.in_flight or 'none'} "
             f"{'warm' if self.warm else 'cold'} {self.report}/{self.handles}"
-            f"{' known' if self.known else ''}{' reused' if self.reuse else ''}"
+            f"{' 3 kinds' if self.kinds == 3 else ''}{' known' if self.known else ''}"
+            f"{' reused' if self.reuse else ''}"
             f"{' no-op-queried' if self.noop_query else ''}"
         )
 
@@ -183,6 +187,25 @@ async def _seq(client: Client, side: Side, worker: str) -> int:
     return seq if isinstance(seq, int) else -1
 
 
+async def forwarded(client: Client, side: Side, names: list[str]) -> int:
+    """reaper: the complete reports (one per kind) its livenesses of ``names`` handed to
+    their collectors so far (``state`` ``forwarded_reports``, summed); 0 for the no-op."""
+    if not side.is_reaper:
+        return 0
+    sem = asyncio.Semaphore(32)
+
+    async def one(w: str) -> int:
+        async with sem:
+            try:
+                raw = await client.get_workflow_handle(liveness_id(w)).query(STATE_QUERY)
+            except RPCError:
+                return 0
+        n = raw.get("forwarded_reports") if isinstance(raw, dict) else None
+        return n if isinstance(n, int) else 0
+
+    return sum(await asyncio.gather(*(one(w) for w in names)))
+
+
 async def wait_handled(
     client: Client,
     side: Side,
@@ -235,7 +258,10 @@ async def burst(
 
     def payload(w: str, seq: int) -> dict[str, Any]:
         with_report = case.report == "every" or (case.report == "alt" and seq % 2 == 1)
-        return beat(w, boot, seq, lists[w] if with_report else None)
+        b = beat(w, boot, seq, lists[w] if with_report else None)
+        if with_report and case.kinds == 3:
+            b.update(volumes=[], tasks=[])
+        return b
 
     first = first_seq
     if case.warm and not first_seq:
@@ -259,6 +285,7 @@ async def burst(
         for s in seqs:
             await one(w, s)
 
+    f0 = await forwarded(client, side, names) if first else 0
     c0 = side.cpu()
     start = time.monotonic()
     if case.order == "worker":
@@ -268,7 +295,10 @@ async def burst(
     sent = time.monotonic() - start
     await wait_handled(client, side, dict.fromkeys(names, seqs[-1]), base, case.noop_query)
     handled = time.monotonic() - start
-    return Burst(side.name, case.workers * case.beats, sent, handled, side.cpu() - c0)
+    cpu = side.cpu() - c0
+    fwd = await forwarded(client, side, names) - f0
+    n = case.workers * case.beats
+    return Burst(side.name, n, sent, handled, cpu, {"forwarded": fwd})
 
 
 def spread(xs: list[float]) -> str:

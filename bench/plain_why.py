@@ -124,7 +124,8 @@ async def compare(
             progress(
                 f"rep {rep} {res.case.label()}: handled {r.handled_rate:.0f} vs "
                 f"{n.handled_rate:.0f}/s, sent {r.sent_rate:.0f} vs {n.sent_rate:.0f}/s, "
-                f"CPU {r.cpu_ms:.2f} vs {n.cpu_ms:.2f} ms"
+                f"CPU {r.cpu_ms:.2f} vs {n.cpu_ms:.2f} ms, "
+                f"{r.extra['forwarded']:.0f} reports forwarded"
             )
     return results
 
@@ -178,7 +179,8 @@ async def _main(args: argparse.Namespace) -> None:
     cases = [parse_case(base, c) for c in args.case or ["base"]]
     env = await BenchEnv.start()
     try:
-        ctl = await env.start_controller("main", MAIN_TIMINGS)
+        extra = dict(kv.split("=", 1) for kv in args.setting)
+        ctl = await env.start_controller("main", {**MAIN_TIMINGS, **extra})
         noop_w = env.start_noop_worker(f"plain-noop-{uuid.uuid4().hex[:6]}")
         await env.wait_noop(noop_w)
         reaper, noop = sides(ctl, noop_w)
@@ -210,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         help="'base' or key=value,... over the base (repeatable; keys: workers, beats, "
         "in_flight, order, warm, report, handles, known, settle)",
+    )
+    p.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="REAPER_NAME=VALUE",
+        help="the controller's setting over metric 1's timings (repeatable), e.g. "
+        "REAPER_STALL_AFTER=3600s: no earlier burst's silent workers judged during the run",
     )
     asyncio.run(_main(p.parse_args(argv)))
     return 0
