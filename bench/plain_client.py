@@ -48,8 +48,9 @@ class Case:
         order: ``"worker"``: each worker sends its beats one after another, the next once
             the last was answered (an agent's way); ``"round"``: beat ``b`` of every worker
             before beat ``b + 1`` of any, as one queue (the bench's metric 1).
-        warm: before the timed beats, one beat per worker (its registration), waited for
-            until handled, then ``settle`` seconds of quiet.
+        warm: before the timed beats, one beat per worker (its registration, with its first
+            report unless ``report`` is ``"none"``), waited for until handled, then
+            ``settle`` seconds of quiet (the first report reconciled).
         report: ``"none"`` (liveness only), ``"every"`` or ``"alt"`` (every other beat, the
             odd ones, as the bench): the beats carrying a complete, unchanged report.
         handles: containers in each report.
@@ -256,8 +257,9 @@ async def burst(
     names = [f"{prefix}-{i:04d}" for i in range(case.workers)]
     lists = {w: handles_of(w, case.handles) for w in names}
 
-    def payload(w: str, seq: int) -> dict[str, Any]:
+    def payload(w: str, seq: int, warm_up: bool = False) -> dict[str, Any]:
         with_report = case.report == "every" or (case.report == "alt" and seq % 2 == 1)
+        with_report = with_report or (warm_up and case.report != "none")
         b = beat(w, boot, seq, lists[w] if with_report else None)
         if with_report and case.kinds == 3:
             b.update(volumes=[], tasks=[])
@@ -266,7 +268,7 @@ async def burst(
     first = first_seq
     if case.warm and not first_seq:
         base = await side.handled() if side.handled else 0.0
-        await asyncio.gather(*(_send(client, side, payload(w, 0)) for w in names))
+        await asyncio.gather(*(_send(client, side, payload(w, 0, True)) for w in names))
         await wait_handled(client, side, dict.fromkeys(names, 0), base + len(names))
         await asyncio.sleep(case.settle)
         first = 1
