@@ -201,8 +201,8 @@ async def run(
         "the FULL_RESYNC_INTERVAL safety net diffs)",
         f"reaper with liveness-only beats (no report at all): {n / bare:.0f} beats/s = "
         f"{n / bare / noop_rate:.2f} of the no-op",
-        f"plain client ({plain_why.PLAIN.label().split(' ', 1)[1]}; {plain_why.WHY}): "
-        f"{plain5.summary()}",
+        f"plain client (bench/plain_client.py, {plain5.case.label()}, once per side "
+        f"on new ids): {plain5.summary()}; lower than the rounds: {plain_why.WHY}",
     ]
     m = Metric(
         "1",
