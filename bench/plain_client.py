@@ -11,12 +11,9 @@ the reports (none, on every beat or on every other, of ``handles`` containers), 
 their handles are rows in the controller's database (unchanged reports of known handles, as
 the bench inserts them) or not (what a client of the contract alone can send).
 
-Two clocks per burst, both from the first send: **sent**, until the last signal-with-start
-was answered (the rate a client sees), and **handled**, until every beat is in the
-workflow's state (reaper: the ``state`` query's ``last_seq``, polled once the sends are
-answered; the no-op: its worker's counter of handled signals, no query). ``python -m
-bench.plain_why`` runs cases against both sides on a stack of its own; the bench's metric 1
-runs one case beside its own rounds.
+Two clocks per burst from the first send: **sent** (the last signal-with-start answered)
+and **handled** (every beat in the workflow's state: reaper's ``state`` ``last_seq``, polled
+once the sends are answered; the no-op's worker counter). Cases: ``python -m bench.plain_why``.
 """
 
 from __future__ import annotations
@@ -301,10 +298,3 @@ async def burst(
     fwd = await forwarded(client, side, names) - f0
     n = case.workers * case.beats
     return Burst(side.name, n, sent, handled, cpu, {"forwarded": fwd})
-
-
-def spread(xs: list[float]) -> str:
-    """``median (min-max)`` of ``xs`` with two decimals."""
-    s = sorted(xs)
-    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-    return f"{mid:.2f} ({s[0]:.2f}-{s[-1]:.2f})"

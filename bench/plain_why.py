@@ -25,7 +25,14 @@ import asyncpg
 from temporalio.client import Client
 
 from bench.env import BenchEnv, Controller, NoopWorker
-from bench.plain_client import Burst, Case, Side, burst, handles_of, spread
+from bench.plain_client import Burst, Case, Side, burst, handles_of
+
+
+def spread(xs: list[float]) -> str:
+    """``median (min-max)`` of ``xs`` with two decimals."""
+    s = sorted(xs)
+    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return f"{mid:.2f} ({s[0]:.2f}-{s[-1]:.2f})"
 
 
 @dataclass
