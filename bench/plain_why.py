@@ -6,9 +6,13 @@ disagree. Each case is a set of knobs; one factor varied per case against a base
     python -m bench.plain_why --reps 3 --case base --case in_flight=64 --case warm=1
 
 Rounds: every repetition runs every case, the no-op first on even repetitions and reaper
-first on odd ones, on new workflow ids each time. Printed per case: the handled and sent
-ratios (reaper's rate / the no-op's rate of the same repetition: median, min-max), the rates,
-CPU per beat of the controller and of the no-op worker, and the load average.
+first on odd ones, on new workflow ids each time (the same ones with ``reuse=1``). Printed
+per case: the handled and sent ratios (reaper's rate / the no-op's rate of the same
+repetition: median, min-max), the rates, CPU per beat of the controller and of the no-op
+worker, the reports reaper forwarded to collectors while timed, and the load average. Give
+the controller ``--setting REAPER_STALL_AFTER=3600s`` (and a longer LOST_AFTER): with
+metric 1's 60 s, an earlier burst's silent workers are judged stalled during later ones and
+reused ones return from stalled.
 """
 
 from __future__ import annotations
