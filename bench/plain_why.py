@@ -80,7 +80,8 @@ class CaseResult:
 
         return [
             f"{self.case.label()}: handled ratio {spread(hr)}; sent ratio {spread(sr)}; "
-            f"load {min(self.loads):.1f}-{max(self.loads):.1f}",
+            f"load {min(self.loads):.1f}-{max(self.loads):.1f}; reports forwarded "
+            + ", ".join(f"{r.extra.get('forwarded', 0):.0f}" for r, _ in self.pairs),
             f"  handled/s reaper {rates(0, lambda b: b.handled_rate)} vs no-op "
             f"{rates(1, lambda b: b.handled_rate)}; sent/s reaper "
             f"{rates(0, lambda b: b.sent_rate)} vs no-op {rates(1, lambda b: b.sent_rate)}",
