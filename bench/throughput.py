@@ -23,8 +23,10 @@ import psutil
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from bench import plain_why
 from bench.common import forwarded, gather_limited, query_state, wait_settled, wait_until
 from bench.env import BenchEnv, Controller
+from bench.plain_client import Burst
 from bench.result import Metric, verdict
 from bench.server import cpu, temporal_processes
 from reaper.core.signing import new_private_key
@@ -174,6 +176,10 @@ async def run(
     reconciled = await forwarded(client, [w.name for w in live]) - fwd0
     # The same beats without any report: what the liveness alone costs.
     bare = await burst(client, ctl.task_queue, live, beats, None, reports=False)
+    # The same beats from a plain client (bench/plain_client.py), for both sides: issue 36.
+    plain5, plain50 = [
+        await plain_why.beside(client, ctl, noop_w, workers, beats, h) for h in (5, 50)
+    ]
     noop_rate = n * rounds / sum(noop_s)
     reaper_rate = n * rounds / sum(reaper_s)
     signed_rate = n * rounds / sum(signed_s)
@@ -195,10 +201,13 @@ async def run(
         "the FULL_RESYNC_INTERVAL safety net diffs)",
         f"reaper with liveness-only beats (no report at all): {n / bare:.0f} beats/s = "
         f"{n / bare / noop_rate:.2f} of the no-op",
+        f"plain client (bench/plain_client.py, {plain5.case.label()}, once per side "
+        f"on new ids): {plain5.summary()}; lower than the rounds: {plain_why.WHY}",
     ]
     m = Metric(
         "1",
-        f"{reaper_rate:.0f} vs {noop_rate:.0f} signals/s = {ratio:.2f}",
+        f"{reaper_rate:.0f} vs {noop_rate:.0f} signals/s = {ratio:.2f}; plain client "
+        f"{plain5.rate(0, _handled) / plain5.rate(1, _handled):.2f}",
         ">= 0.8",
         verdict(ratio >= 0.8),
         details,
@@ -215,7 +224,7 @@ async def run(
     m50 = Metric(
         "1b",
         f"{n * rounds / sum(live50_s):.0f} vs {n * rounds / sum(noop50_s):.0f} signals/s "
-        f"= {r50:.2f}",
+        f"= {r50:.2f}; plain client {plain50.rate(0, _handled) / plain50.rate(1, _handled):.2f}",
         ">= 0.8",
         verdict(r50 >= 0.8),
         [
@@ -223,6 +232,7 @@ async def run(
             "the no-op given the same payloads; run after metric 1's rounds in each round",
             "no-op rounds: " + ", ".join(f"{n / x:.0f}" for x in noop50_s) + " signals/s; "
             "reaper rounds: " + ", ".join(f"{n / x:.0f}" for x in live50_s) + " beats/s",
+            f"plain client, every beat an unchanged report of 50 containers: {plain50.summary()}",
         ],
     )
     sig_ratio = signed_rate / reaper_rate
@@ -239,6 +249,10 @@ async def run(
         ],
     )
     return [m, m50, s]
+
+
+def _handled(b: Burst) -> float:
+    return b.handled_s
 
 
 async def _all_noop(client: Client, sims: list[SimAgent]) -> bool:
