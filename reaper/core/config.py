@@ -160,8 +160,8 @@ class Settings(ConnectionSettings):
     on one task queue; process K serves metrics on both ports + 2(K-1), logs to
     ``{state_dir}/logs/controller-K.log``). Default one per two cores, at least one
     (``config_values.controllers_for``): on 2 busy cores a second process took CPU from
-    Temporal (0.67 cores against 0.52) and ran fewer workflow tasks (51/s against 57; bench
-    metric 4, docs/capacity.md "Controller processes per host")."""
+    Temporal (0.67-0.69 cores against 0.52-0.55) and ran fewer workflow tasks (51-58/s
+    against 57-64; bench metric 4, docs/capacity.md "Controller processes per host")."""
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
