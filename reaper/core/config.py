@@ -141,13 +141,10 @@ class Settings(ConnectionSettings):
     so every workflow path the tests take is checked. Turn it on when running changed
     workflow code."""
     workflow_inline: bool = True
-    """``REAPER_WORKFLOW_INLINE``: run each workflow activation on the controller's event loop
-    (``reaper.infra.temporal.InlineActivations``) instead of the SDK's thread pool. On by
-    default: with one Python thread doing the work anyway (the GIL), the hand-off to a pool
-    thread and back cost about a fifth of the controller's CPU per beat (2.62 against 2.06
-    ms a beat, BENCHMARKS.md metric 1, issue 36). Off gives back the SDK's deadlock
-    detection (an activation still running after 2 s fails its workflow task), at that
-    cost. Python 3.14 and later always use the thread pool."""
+    """``REAPER_WORKFLOW_INLINE``: run workflow activations on the event loop, not the SDK's
+    thread pool (``reaper.infra.temporal.InlineActivations``): the hand-off cost a fifth of a
+    beat's CPU (2.62 against 2.06 ms, BENCHMARKS.md metric 1, issue 36). Off gives back the
+    SDK's 2 s deadlock detection, at that cost. Python 3.14 and later use the pool."""
     ui_port: int = 8233
     metrics_port: int = 9464
     """The controller serves Prometheus text format at ``http://0.0.0.0:PORT/metrics``
