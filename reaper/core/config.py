@@ -140,11 +140,11 @@ class Settings(ConnectionSettings):
     those checks for speed). The test suite's in-process controllers always run sandboxed,
     so every workflow path the tests take is checked. Turn it on when running changed
     workflow code."""
-    workflow_inline: bool = True
+    workflow_inline: bool = False
     """``REAPER_WORKFLOW_INLINE``: run workflow activations on the event loop, not the SDK's
-    thread pool (``reaper.infra.temporal.InlineActivations``): the hand-off cost a fifth of a
-    beat's CPU (2.62 against 2.06 ms, BENCHMARKS.md metric 1, issue 36). Off gives back the
-    SDK's 2 s deadlock detection, at that cost. Python 3.14 and later use the pool."""
+    thread pool (``InlineActivations``): a fifth less CPU a beat (2.06 against 2.62 ms,
+    BENCHMARKS.md metric 1, issue 36), without the SDK's 2 s deadlock detection. Off until a
+    fleet-timeline failure seen with it on is explained (CHANGELOG, Known issues)."""
     ui_port: int = 8233
     metrics_port: int = 9464
     """The controller serves Prometheus text format at ``http://0.0.0.0:PORT/metrics``
