@@ -27,7 +27,7 @@ from reaper.cli.agent import Agent
 from reaper.cli.agent_retire import RETIRE_ON_STOP_REASON
 from reaper.core.contract import RETIRE_SIGNAL, StateView
 from reaper.kit.processes import Child, free_port, is_listening
-from tests.support.cli import reaper, run_cli
+from tests.support.cli import reaper, run_cli, start_run
 from tests.support.controller import controller, make_settings
 from tests.support.heartbeats import query_state
 from tests.support.polling import eventually
@@ -359,22 +359,14 @@ async def test_agent_retires_on_stop_only_with_the_flag(
 @pytest.mark.e2e
 def test_run_serves_the_web_ui_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port, ui = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    env.update(
+    proc, log = start_run(
+        tmp_path,
+        "--heartbeat-interval",
+        "1s",
         REAPER_TEMPORAL_ADDRESS=f"127.0.0.1:{port}",
         REAPER_UI_PORT=str(ui),
         REAPER_STATE_DIR=str(tmp_path / "state"),
-        PYTHONUNBUFFERED="1",
     )
-    log = tmp_path / "run.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reaper.cli", "run", "--heartbeat-interval", "1s"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
     try:
         deadline = time.monotonic() + 60
         while "serving task queue" not in log.read_text():

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ import psutil
 import pytest
 
 from reaper.kit.processes import free_port, is_listening
+from tests.support.cli import start_run
 
 SERVING = "serving task queue"
 """What a controller logs once it polls its task queue (worker.py)."""
@@ -46,24 +46,16 @@ def until(check: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, w
 def test_run_starts_supervises_and_stops_every_controller_process(tmp_path: Path) -> None:
     port, ui, metrics = free_port(), free_port(), metrics_base()
     state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
-    env.update(
+    proc, log = start_run(
+        tmp_path,
+        "--controllers",
+        "2",
         REAPER_TEMPORAL_ADDRESS=f"127.0.0.1:{port}",
         REAPER_UI_PORT=str(ui),
         REAPER_STATE_DIR=str(state),
         REAPER_METRICS_PORT=str(metrics),
         REAPER_SDK_METRICS_PORT=str(metrics + 1),
-        PYTHONUNBUFFERED="1",
     )
-    log = tmp_path / "run.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "reaper.cli", "run", "--controllers", "2"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-        )
     logs = [state / "logs" / f"controller-{k}.log" for k in (1, 2)]
 
     def serving(path: Path, times: int = 1) -> bool:

@@ -100,3 +100,21 @@ async def terminate(address: str, workflow_id: str, reason: str) -> None:
     await temporal(
         address, "workflow", "terminate", "--workflow-id", workflow_id, "--reason", reason
     )
+
+
+def start_run(tmp_path: Path, *args: str, **settings: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """``python -m reaper.cli run *args`` in ``tmp_path``, with none of this process's
+    ``REAPER_*`` variables but ``settings`` (``REAPER_UI_PORT="8234"`` ...); its output in
+    ``tmp_path / "run.log"``. Returns the process and the log's path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REAPER_")}
+    env.update(settings, PYTHONUNBUFFERED="1")
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reaper.cli", "run", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    return proc, log
