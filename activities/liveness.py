@@ -6,7 +6,7 @@ from datetime import datetime
 
 from temporalio import activity
 
-from activities.base import ActivityBase, write_events
+from activities.base import ActivityBase, per_kind, write_events
 from activities.fleet import refresh_fleet
 from activities.types import (
     BeginRun,
@@ -16,38 +16,55 @@ from activities.types import (
     WorkerRecord,
     WorkerStateChange,
 )
-from reaper.core import states
-from reaper.core.contract import KINDS
+from reaper.core import kinds, states
 from reaper.core.models import Timings
 from reaper.core.policy import migration as migration_policy
 from reaper.core.policy import returns
 from reaper.core.policy.auth import AuthMode
 
 _CLEAR_MARKS = (
-    "UPDATE reaper.containers SET missing_since = NULL"
-    " WHERE worker = $1 AND missing_since IS NOT NULL",
-    "UPDATE reaper.volumes SET missing_since = NULL"
-    " WHERE worker = $1 AND missing_since IS NOT NULL",
-    "UPDATE reaper.tasks SET missing_since = NULL WHERE worker = $1 AND missing_since IS NOT NULL",
+    *per_kind(
+        "UPDATE {table} SET missing_since = NULL WHERE worker = $1 AND missing_since IS NOT NULL"
+    ).values(),
     "DELETE FROM reaper.dry_marks WHERE worker = $1 AND NOT done",
 )
+"""What a return clears: every kind's marks of the worker, and its open dry-run marks."""
+
+
+def _greatest(first: int) -> list[str]:
+    """Each kind's ``GREATEST(<kind>_complete_at, $n)``, parameters from ``$first`` in
+    ``kinds.ALL`` order (fixed identifiers, never input)."""
+    return [f"GREATEST({k.complete_column}, ${first + i})" for i, k in enumerate(kinds.ALL)]
+
+
+def _set_complete(first: int) -> str:
+    """``<kind>_complete_at = GREATEST(...)`` for every kind, parameters from ``$first``."""
+    pairs = zip(kinds.ALL, _greatest(first), strict=True)
+    return ", ".join(f"{k.complete_column} = {g}" for k, g in pairs)
 
 
 _WRITE_COMPLETE = (
-    "UPDATE reaper.workers SET containers_complete_at = GREATEST(containers_complete_at, $2),"
-    " volumes_complete_at = GREATEST(volumes_complete_at, $3),"
-    " tasks_complete_at = GREATEST(tasks_complete_at, $4)"
-    " WHERE name = $1 AND (containers_complete_at, volumes_complete_at, tasks_complete_at)"
-    " IS DISTINCT FROM (GREATEST(containers_complete_at, $2), GREATEST(volumes_complete_at, $3),"
-    " GREATEST(tasks_complete_at, $4))"
+    f"UPDATE reaper.workers SET {_set_complete(2)} WHERE name = $1"
+    f" AND ({kinds.COMPLETE_COLUMNS}) IS DISTINCT FROM ({', '.join(_greatest(2))})"
 )
-"""Each kind's last complete report ($2..$4, ``KINDS`` order; ``NULL``: none known), never
+"""Each kind's last complete report ($2.., ``kinds.ALL`` order; ``NULL``: none known), never
 moved backwards (``GREATEST`` ignores a ``NULL``); a row it would not change is not written."""
 
 
+_REFRESH_ROW = (
+    f"UPDATE reaper.workers SET last_seq = $3, last_heartbeat_at = $4, {_set_complete(6)}"
+    " WHERE name = $1 AND boot_id = $2 AND NOT state = ANY($5::text[])"
+    " AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $4) RETURNING true"
+)
+"""A beat's row refresh (``refresh_heartbeat``): its sequence and time ($3, $4), each kind's
+last complete report ($6.., never backwards), guarded by its boot ($2) and by time; never a
+row in a terminal state ($5)."""
+
+
 def _complete(complete_at: dict[str, datetime]) -> list[datetime | None]:
-    """``complete_at`` as the parameters of the ``*_complete_at`` columns, in ``KINDS`` order."""
-    return [complete_at.get(kind) for kind in KINDS]
+    """``complete_at`` as the parameters of the ``*_complete_at`` columns, in ``kinds.ALL``
+    order."""
+    return [complete_at.get(k.report) for k in kinds.ALL]
 
 
 class LivenessActivities(ActivityBase):
@@ -169,13 +186,7 @@ class LivenessActivities(ActivityBase):
             True if the row was written.
         """
         written = await self.pool.fetchval(
-            "UPDATE reaper.workers SET last_seq = $3, last_heartbeat_at = $4,"
-            " containers_complete_at = GREATEST(containers_complete_at, $6),"
-            " volumes_complete_at = GREATEST(volumes_complete_at, $7),"
-            " tasks_complete_at = GREATEST(tasks_complete_at, $8)"
-            " WHERE name = $1 AND boot_id = $2 AND NOT state = ANY($5::text[])"
-            " AND (last_heartbeat_at IS NULL OR last_heartbeat_at < $4)"
-            " RETURNING true",
+            _REFRESH_ROW,
             beat.worker,
             beat.boot_id,
             beat.last_seq,

@@ -20,11 +20,10 @@ import asyncpg
 
 from chaos.ledger import Ledger
 from chaos.stack import START_TIMEOUT_S, Stack
+from reaper.core import kinds
 
 LOCKABLE = (
-    "reaper.containers",
-    "reaper.volumes",
-    "reaper.tasks",
+    *(k.table for k in kinds.ALL),
     "reaper.workers",
     "reaper.events",
     "reaper.fleet",

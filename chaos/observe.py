@@ -16,6 +16,7 @@ import asyncpg
 
 from chaos.rules import Seen
 from chaos.scheduler import DB_ERRORS
+from reaper.core import kinds
 
 EPOCH = "extract(epoch FROM {})::float8"
 
@@ -26,13 +27,10 @@ FLEET = (
     f"SELECT state, {EPOCH.format('since')} AS since,"
     f" {EPOCH.format('recovered_at')} AS recovered FROM reaper.fleet WHERE id = 1"
 )
-MARKS = (
-    f"SELECT 'containers' AS kind, handle, state, {EPOCH.format('missing_since')} AS m"
-    " FROM reaper.containers WHERE missing_since IS NOT NULL UNION ALL"
-    f" SELECT 'volumes', handle, state, {EPOCH.format('missing_since')}"
-    " FROM reaper.volumes WHERE missing_since IS NOT NULL UNION ALL"
-    f" SELECT 'tasks', id, state, {EPOCH.format('missing_since')}"
-    " FROM reaper.tasks WHERE missing_since IS NOT NULL"
+MARKS = " UNION ALL ".join(
+    f"SELECT '{k.report}' AS kind, {k.key} AS handle, state,"
+    f" {EPOCH.format('missing_since')} AS m FROM {k.table} WHERE missing_since IS NOT NULL"
+    for k in kinds.ALL
 )
 TASKS = "SELECT id, service, worker, state FROM reaper.tasks"
 SERVICES = (

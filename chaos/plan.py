@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from chaos.faults import LOCKABLE, ROW_LOCKS
 from chaos.settings import AGENTS_MAX, LOST_AFTER_S, MISSING_TTL_S, STALL_AFTER_S
+from reaper.core import kinds
 from reaper.core.contract import KINDS
 
 T = TypeVar("T")
@@ -257,7 +258,7 @@ def _scheduler_action(what: str, pick: float, extra: float, fleet: Fleet) -> Act
     name = _choose(fleet.names("active"), pick)
     if name is None:
         return None
-    kind = "containers" if extra < 0.5 else "volumes"
+    kind = kinds.HANDLE_ROWS[int(extra * len(kinds.HANDLE_ROWS))].report
     handle = fleet.fresh(f"{kind[0]}-{name}")
     if what in ("handle", "two-phase"):
         return Action("handle", (name, kind, handle, what == "two-phase"))

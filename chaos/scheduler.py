@@ -20,9 +20,11 @@ import asyncpg
 
 from chaos.agents import Agents
 from chaos.ledger import Insert, Ledger
+from reaper.core import kinds
 
-TABLES = {"containers": "reaper.containers", "volumes": "reaper.volumes"}
-"""Kind -> table; fixed identifiers, never input."""
+TABLES = {k.report: k.table for k in kinds.HANDLE_ROWS}
+"""Kind -> table of every kind of handle row (``reaper.core.kinds``); fixed identifiers,
+never input."""
 DB_ERRORS = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,

@@ -47,10 +47,10 @@ SNAPSHOT = {
     "workers": (
         "SELECT name, state, extract(epoch FROM state_since)::float8 AS since FROM reaper.workers"
     ),
-    "handles": (
-        "SELECT 'containers' AS kind, handle, worker, state, missing_since IS NOT NULL AS m"
-        " FROM reaper.containers UNION ALL SELECT 'volumes', handle, worker, state,"
-        " missing_since IS NOT NULL FROM reaper.volumes"
+    "handles": " UNION ALL ".join(
+        f"SELECT '{k.report}' AS kind, {k.key} AS handle, worker, state,"
+        f" missing_since IS NOT NULL AS m FROM {k.table}"
+        for k in kinds.HANDLE_ROWS
     ),
     "tasks": (
         "SELECT id, service, worker, state, missing_since IS NOT NULL AS m FROM reaper.tasks"

@@ -7,20 +7,19 @@ from datetime import datetime
 
 import asyncpg
 
-from reaper.core import states
-from reaper.core.contract import KINDS
+from reaper.core import kinds, states
 from reaper.core.policy.explain import Event, FleetFacts, RowFacts, WorkerFacts
 
-TABLE = {"container": "reaper.containers", "volume": "reaper.volumes"}
-"""The handle tables by the kind ``reaper explain`` names (a fixed map, never input)."""
+TABLE = {k.word: k.table for k in kinds.HANDLE_ROWS}
+"""The handle tables by the kind ``reaper explain`` names (``reaper.core.kinds``: fixed
+identifiers, never input)."""
 
 
 async def worker_facts(conn: asyncpg.Connection, name: str) -> WorkerFacts | None:
     """The ``workers`` row of ``name``, or ``None``."""
     r = await conn.fetchrow(
         "SELECT name, state, state_since, last_heartbeat_at, draining, reaped_at, boot_id,"
-        " containers_complete_at, volumes_complete_at, tasks_complete_at, created_at"
-        " FROM reaper.workers WHERE name = $1",
+        f" {kinds.COMPLETE_COLUMNS}, created_at FROM reaper.workers WHERE name = $1",
         name,
     )
     if r is None:
@@ -33,7 +32,7 @@ async def worker_facts(conn: asyncpg.Connection, name: str) -> WorkerFacts | Non
         draining=r["draining"],
         reaped_at=r["reaped_at"],
         boot_id=r["boot_id"],
-        complete_at={kind: r[f"{kind}_complete_at"] for kind in KINDS},
+        complete_at=kinds.complete_times(r),
         row_heartbeat_at=r["last_heartbeat_at"],
         created_at=r["created_at"],
     )
@@ -55,7 +54,8 @@ async def fleet_facts(conn: asyncpg.Connection) -> FleetFacts:
 
 
 async def row_facts(conn: asyncpg.Connection, kind: str, handle: str) -> RowFacts | None:
-    """A container's, volume's (``kind`` ``container``/``volume``) or task's (``task``) row.
+    """A handle's row (``kind`` a word of ``kinds.HANDLE_ROWS``: ``container``, ``volume``)
+    or a task's (``task``).
 
     Raises:
         ValueError: ``kind`` is none of those.
@@ -81,7 +81,7 @@ async def row_facts(conn: asyncpg.Connection, kind: str, handle: str) -> RowFact
             r["by"],
         )
     if kind not in TABLE:
-        raise ValueError(f"kind must be container, volume or task, not {kind!r}")
+        raise ValueError(f"kind must be one of {', '.join(kinds.WORDS)}, not {kind!r}")
     r = await conn.fetchrow(
         f"SELECT handle, worker, state, missing_since, state_changed_at FROM {TABLE[kind]}"
         " WHERE handle = $1",
@@ -110,17 +110,17 @@ async def database_now(conn: asyncpg.Connection) -> datetime:
     return at
 
 
+_KINDS_NAMED = "SELECT EXISTS (SELECT 1 FROM reaper.workers WHERE name = $1) AS worker, " + (
+    ", ".join(f"EXISTS (SELECT 1 FROM {k.table} WHERE {k.key} = $1) AS {k.word}" for k in kinds.ALL)
+)
+"""Whether the worker, or a row of each kind, is named $1 (fixed identifiers, never input)."""
+
+
 async def kinds_named(conn: asyncpg.Connection, name: str) -> list[str]:
-    """The kinds (``worker``, ``container``, ``volume``, ``task``, in that order) that have a
-    row named ``name``; if none has, the kinds its events name (a thing gone), oldest first."""
-    r = await conn.fetchrow(
-        "SELECT EXISTS (SELECT 1 FROM reaper.workers WHERE name = $1) AS worker,"
-        " EXISTS (SELECT 1 FROM reaper.containers WHERE handle = $1) AS container,"
-        " EXISTS (SELECT 1 FROM reaper.volumes WHERE handle = $1) AS volume,"
-        " EXISTS (SELECT 1 FROM reaper.tasks WHERE id = $1) AS task",
-        name,
-    )
-    found = [kind for kind in ("worker", "container", "volume", "task") if r[kind]]
+    """The kinds (``worker``, then the words of ``reaper.core.kinds``, in that order) that have
+    a row named ``name``; if none has, the kinds its events name (a thing gone), oldest first."""
+    r = await conn.fetchrow(_KINDS_NAMED, name)
+    found = [kind for kind in ("worker", *kinds.WORDS) if r[kind]]
     if found:
         return found
     rows = await conn.fetch(

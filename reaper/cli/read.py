@@ -14,8 +14,7 @@ from typing import NamedTuple, TypeAlias
 
 import asyncpg
 
-from reaper.core import states
-from reaper.core.contract import KINDS
+from reaper.core import kinds, states
 from reaper.core.policy.explain_drain import MigrationFacts
 from reaper.core.states import TaskState
 
@@ -60,14 +59,14 @@ class ReportTimes(NamedTuple):
 async def report_times(db: Db) -> dict[str, ReportTimes]:
     """Every worker's :class:`ReportTimes`, by name."""
     rows = await db.fetch(
-        "SELECT name, state, last_heartbeat_at, containers_complete_at, volumes_complete_at,"
-        " tasks_complete_at, created_at, drained_at FROM reaper.workers"
+        f"SELECT name, state, last_heartbeat_at, {kinds.COMPLETE_COLUMNS}, created_at,"
+        " drained_at FROM reaper.workers"
     )
     return {
         r["name"]: ReportTimes(
             r["state"],
             r["last_heartbeat_at"],
-            {kind: r[f"{kind}_complete_at"] for kind in KINDS},
+            kinds.complete_times(r),
             r["created_at"],
             r["drained_at"],
         )

@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from reaper.core import kinds
 from reaper.core.config_values import Seconds
 
 LIVENESS_WORKFLOW = "WorkerLiveness"
@@ -70,10 +71,11 @@ WORKER_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,253}$")
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
-KINDS: tuple[str, ...] = ("containers", "volumes", "tasks")
-"""The kinds of handle a report carries, which are also the tables they live in."""
+KINDS: tuple[str, ...] = kinds.REPORTS
+"""The kinds of handle a report carries (``reaper.core.kinds``, declared once there)."""
 
 Kind = Literal["containers", "volumes", "tasks"]
+"""A report kind, for the payload's digests (a test holds it to :data:`KINDS`)."""
 
 
 def _check_worker(value: str) -> str:

@@ -16,7 +16,9 @@ Pure: imports nothing of reaper's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,12 @@ class Kind:
         deleted), ``stopped`` for a task."""
         return "stopped" if self.task else "destroyed"
 
+    @property
+    def complete_column(self) -> str:
+        """The ``workers`` column holding the worker's last complete report of this kind
+        (UTC; ``policy.reports``): ``<report>_complete_at``, a fixed identifier."""
+        return f"{self.report}_complete_at"
+
 
 CONTAINERS = Kind("containers", "container", "reaper.containers")
 VOLUMES = Kind("volumes", "volume", "reaper.volumes")
@@ -68,6 +76,24 @@ HANDLE_ROWS: tuple[Kind, ...] = tuple(k for k in ALL if not k.task)
 
 TASK_ROWS: tuple[Kind, ...] = tuple(k for k in ALL if k.task)
 """The kinds a destroy stops instead of deleting (tasks)."""
+
+COMPLETE_COLUMNS: str = ", ".join(k.complete_column for k in ALL)
+"""The ``workers`` columns of each kind's last complete report, in ``ALL`` order, for a
+``SELECT`` list (``containers_complete_at, volumes_complete_at, tasks_complete_at``)."""
+
+
+def spoken(*words: str, last: str = "or") -> str:
+    """Words as a phrase for help and error texts: ``spoken("worker", *WORDS)`` is
+    ``worker, container, volume or task``."""
+    return words[0] if len(words) < 2 else f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
+def complete_times(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Each kind's last complete report from a ``workers`` row read with
+    :data:`COMPLETE_COLUMNS`, keyed by report kind (``{"containers": datetime | None, ...}``).
+    Raises ``KeyError`` if the row lacks a column."""
+    return {k.report: row[k.complete_column] for k in ALL}
+
 
 _BY_NAME = {**{k.report: k for k in ALL}, **{k.word: k for k in ALL}}
 

@@ -27,9 +27,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from reaper.core import states
+from reaper.core import kinds, states
 from reaper.core.config import Settings
-from reaper.core.contract import KINDS
 from reaper.core.policy.gauges import FleetGauges, WorkerRow, fleet_gauges
 
 log = logging.getLogger("reaper.metrics")
@@ -40,8 +39,7 @@ FLEET_REFRESH_S = 5.0
 
 _READ_WORKERS = (
     "SELECT name, state, last_heartbeat_at, draining AND drained_at IS NOT NULL AS drained,"
-    " containers_complete_at, volumes_complete_at, tasks_complete_at"
-    " FROM reaper.workers WHERE state = ANY($1::text[])"
+    f" {kinds.COMPLETE_COLUMNS} FROM reaper.workers WHERE state = ANY($1::text[])"
 )
 """Workers in the fleet ($1, ``states.IN_FLEET``), with their last complete report per kind."""
 _READ_OWED = "SELECT count(*) FROM reaper.tasks WHERE state = $1 AND worker IS NULL"
@@ -72,7 +70,7 @@ async def read_fleet(pool: asyncpg.Pool, threshold: float, resync_interval: floa
             r["state"],
             r["last_heartbeat_at"],
             r["drained"],
-            {kind: r[f"{kind}_complete_at"] for kind in KINDS},
+            kinds.complete_times(r),
         )
         for r in rows
     )

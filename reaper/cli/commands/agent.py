@@ -36,6 +36,8 @@ from reaper.cli.app import (
 )
 from reaper.core.config import ConfigError
 from reaper.core.config_values import parse_duration
+from reaper.core.contract import KINDS
+from reaper.core.kinds import spoken
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -104,15 +106,15 @@ def agent(
         RuntimeName.directory,
         "--runtime",
         help="Where the worker's handles live: directory (--state-dir) or docker (the "
-        "labelled containers and volumes of a Docker Engine API, Docker or Podman; "
+        "labelled objects of a Docker Engine API, Docker or Podman; "
         "docs/agent-runtimes.md).",
     ),
     state_dir: Path | None = typer.Option(
         None,
         "--state-dir",
         metavar="DIR",
-        help="directory: the directory holding containers/, volumes/ and tasks/ (created if "
-        "missing).",
+        help=f"directory: the directory holding {spoken(*(f'{k}/' for k in KINDS), last='and')}"
+        " (created if missing).",
     ),
     engine: str | None = typer.Option(
         None,
@@ -174,7 +176,7 @@ def agent(
     ),
 ) -> None:
     """A reference agent: heartbeats what the host holds (the entries of --state-dir, or
-    with --runtime docker the labelled containers and volumes of a container engine) and
+    with --runtime docker the labelled objects of a container engine) and
     applies what reaper says (assigned tasks are started, orphans removed). Runs until
     Ctrl-C or SIGTERM; exits 1 if --retire-on-stop could not deliver its retire signal."""
     from reaper.cli.agent import Agent, AgentMetrics, client_factory

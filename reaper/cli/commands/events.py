@@ -184,7 +184,10 @@ async def _last_id(conn: Any) -> int:
 def events(
     worker: str | None = typer.Option(None, "--worker", metavar="NAME", help="Only this worker."),
     kind: str | None = typer.Option(
-        None, "--kind", metavar="KIND", help="Only this kind: container, volume, task or worker."
+        None,
+        "--kind",
+        metavar="KIND",
+        help=f"Only this kind: {kinds.spoken(*kinds.WORDS, 'worker')}.",
     ),
     action: str | None = typer.Option(
         None,

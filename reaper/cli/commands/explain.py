@@ -1,5 +1,5 @@
-"""``reaper explain``: which rule holds a worker, container, volume or task where it is, and
-when it next falls due (``reaper.core.policy.explain``)."""
+"""``reaper explain``: which rule holds a worker or a handle of any kind (``reaper.core.kinds``)
+where it is, and when it next falls due (``reaper.core.policy.explain``)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ KINDS = ("worker", *kinds.WORDS)
 """What ``reaper explain`` explains: a worker, or a handle of a kind (``reaper.core.kinds``)."""
 QUERY_TIMEOUT_S = 5.0
 """Deadline of the liveness ``state`` query that freshens a worker's last heartbeat."""
+
+_THINGS = kinds.spoken("worker", *kinds.WORDS)
+"""What ``reaper explain`` explains: ``worker, container, volume or task``."""
 
 
 async def _controller_view(settings: Settings, worker: str) -> tuple[Any, Any, str | None]:
@@ -87,10 +90,7 @@ async def explain_one(
         if kind is None:
             found = await facts.kinds_named(conn, name)
             if not found:
-                raise CliError(
-                    f"explain: nothing is named {name!r} (no worker, container, volume or task,"
-                    " and no events)"
-                )
+                raise CliError(f"explain: nothing is named {name!r} (no {_THINGS}, and no events)")
             kind = found[0]
             if len(found) > 1:
                 others = ", ".join(f"`reaper explain {k} {name}`" for k in found[1:])
@@ -161,15 +161,14 @@ def print_explanation(out: dict[str, Any]) -> None:
 
 
 @app.command(
-    short_help="Why a worker, container, volume or task is where it is, and what is next.",
+    short_help=f"Why a {_THINGS} is where it is, and what is next.",
     cls=PlainArgumentsCommand,
 )
 def explain(
     kind: str = typer.Argument(
         ...,
         metavar="[KIND] NAME",
-        help="KIND: worker, container, volume or task (left out, the kind NAME names); "
-        "NAME: its name, handle or task id.",
+        help=f"KIND: {_THINGS} (left out, the kind NAME names); NAME: its name, handle or task id.",
         show_default=False,
     ),
     name: str | None = typer.Argument(None, hidden=True),

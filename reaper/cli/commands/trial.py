@@ -204,5 +204,7 @@ def print_placement(service: str, count: int, p: Placement, tasks_only: bool) ->
                 highlight=False,
             )
     for task_id, worker in p.placed:
-        objects = "" if tasks_only else f", container {task_id}-c, volume {task_id}-v"
+        objects = "".join(
+            f", {k.word} {task_id}-{k.word[0]}" for k in ([] if tasks_only else kinds.HANDLE_ROWS)
+        )
         console.print(f"  task {task_id} on {worker}{objects}", highlight=False)
