@@ -36,7 +36,10 @@ class WorkerMeaning:
         in_fleet: shown in ``reaper_workers{state}`` and the fleet's views (CONTRACT.md §5.4).
         terminal: its liveness ends; only a new boot registers the worker again (§5.1).
         left_by_a_beat: an accepted heartbeat from a worker in this state is its return to
-            ``running`` (``policy.liveness.is_return``; rule 4: its marks restart).
+            ``running`` (``policy.liveness.is_return``; rule 4: its marks restart). A state
+            with no ``clock`` that a beat does not leave is held: only a command ends it.
+        reapable: it may be reaped, automatically once ``lost`` or by an operator's
+            ``force_reap``; ``False``: never, forced or not (``policy.fleet.may_reap``).
     """
 
     healthy: bool = False
@@ -48,6 +51,7 @@ class WorkerMeaning:
     in_fleet: bool = True
     terminal: bool = False
     left_by_a_beat: bool = True
+    reapable: bool = True
 
 
 WORKERS: Mapping[WorkerState, WorkerMeaning] = {
@@ -154,6 +158,7 @@ PLACEABLE = states(WORKERS, lambda m: m.placeable)
 DECIDING = states(WORKERS, lambda m: m.decides)
 HOLDS_NO_TASKS = states(WORKERS, lambda m: not m.holds_tasks)
 TERMINAL = states(WORKERS, lambda m: m.terminal)
+NEVER_REAPED = states(WORKERS, lambda m: not m.reapable)
 ACTIVE_TASKS = states(TASKS, lambda m: m.active)
 ENDED_TASKS = states(TASKS, lambda m: m.ended)
 STARTING_TASKS = states(TASKS, lambda m: m.starts)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from reaper.core import states
 from reaper.core.policy.fleet import (
     Bucket,
     FleetState,
@@ -77,6 +78,15 @@ def test_when_a_worker_may_be_reaped(forced, state, fleet, recovered, last, now,
     )
     retry = at(expected[2]) if expected[2] is not None else None
     assert (verdict.allowed, verdict.refused, verdict.retry_at) == (*expected[:2], retry)
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_state_that_is_never_reaped_is_refused_forced_or_not(monkeypatch, forced):
+    """``states.WorkerMeaning.reapable`` False: may_reap refuses, whoever asks (issue 33: a
+    new state's reap rule is its row in the states table)."""
+    monkeypatch.setattr(states, "NEVER_REAPED", ["lost"])
+    verdict = may_reap(forced, "lost", N, None, at(0), at(400), 300)
+    assert (verdict.allowed, verdict.refused) == (False, "worker is lost: never reaped")
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reaper.core.contract import WorkerState
+from reaper.core.policy import liveness as liveness_policy
 from reaper.core.policy.liveness import (
     MAX_REMEMBERED_BOOT_IDS,
     Fence,
@@ -22,6 +23,7 @@ from reaper.core.policy.liveness import (
     transition,
 )
 from reaper.core.policy.returns import ReturnMarks, marks_at_record
+from reaper.core.states import WorkerMeaning
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 R, S, L = WorkerState.running, WorkerState.stalled, WorkerState.lost
@@ -98,6 +100,16 @@ def test_when_a_worker_is_stalled_or_lost(current, silent, grace, expected):
 def test_when_a_beat_is_a_return(current, last_beat, now, forced, returned):
     last = at(last_beat) if last_beat is not None else None
     assert is_return(current, last, at(now), 30, forced) is returned
+
+
+def test_a_beat_never_ends_a_held_state(monkeypatch):
+    """A state the clock does not judge and a beat does not leave (a row of
+    ``reaper.core.states``) is held: no beat is its return, however long the silence; only a
+    command ends it. Declared in the states table alone (issue 33)."""
+    held = {**liveness_policy.WORKERS, S: WorkerMeaning(clock=None, left_by_a_beat=False)}
+    monkeypatch.setattr(liveness_policy, "WORKERS", held)
+    assert not is_return(S, at(0), at(900), 30, False)
+    assert is_return(L, at(0), at(900), 30, False)
 
 
 @pytest.mark.parametrize(
@@ -179,6 +191,8 @@ def test_a_stale_clock_is_told_by_a_timer_that_fired_early(now, deadline, stale)
         (R, at(0), S, None, ReturnMarks()),  # a stall clears nothing
         (S, at(0), L, None, ReturnMarks()),
         (L, at(0), "retired", None, ReturnMarks()),
+        # A worker registered again after its retirement: time there did not decide either.
+        ("retired", at(0), R, None, ReturnMarks(clear=True, cleared=True)),
     ],
 )
 def test_what_recording_a_state_does_to_the_marks(recorded, since, new, returned, expected):

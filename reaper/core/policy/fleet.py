@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
+from reaper.core import states
+
 
 class FleetState(str, Enum):
     """How disrupted the fleet is (CONTRACT.md rule 6), judged on the whole fleet at once.
@@ -68,7 +70,9 @@ def may_reap(
 ) -> ReapVerdict:
     """The central decision of "may this worker be reaped now?" (CONTRACT.md rules 5 and 6).
 
-    A forced reap (operator) is refused only for an unknown worker. An automatic reap needs
+    A worker in a state that is never reaped (``states.NEVER_REAPED``) is refused, forced
+    or not; otherwise a forced reap (operator) is refused only for an unknown worker. An
+    automatic reap needs
     the worker ``lost``, the fleet not in full disruption (a partition looks like many
     workers lost at once: Kubernetes stops evicting in a fully disrupted zone), and, after
     the fleet recovered from full disruption, ``lost_after`` seconds since the recovery for
@@ -86,6 +90,8 @@ def may_reap(
     """
     if worker_state is None:
         return ReapVerdict(False, "unknown worker")
+    if worker_state in states.NEVER_REAPED:
+        return ReapVerdict(False, f"worker is {worker_state}: never reaped")
     if forced:
         return ReapVerdict(True)
     if worker_state != "lost":

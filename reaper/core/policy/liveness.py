@@ -229,7 +229,9 @@ def is_return(
     (same boundary as the deadline timer, so a replay decides alike). A return restarts
     every mark: reports taken before it never decide (rule 4). A forced reap that is still
     pending runs first: the worker stays ``lost`` until it is done, and its first beat after
-    that is its return (an operator's reap is not undone by a beat in flight).
+    that is its return (an operator's reap is not undone by a beat in flight). A beat of a
+    worker in a held state (one the clock does not judge and a beat does not leave,
+    ``reaper.core.states``) is no return, however long its silence.
 
     Args:
         current: the state the liveness holds.
@@ -240,8 +242,11 @@ def is_return(
     """
     if forced_reap_pending:
         return False
-    if WORKERS[current].left_by_a_beat:
+    meaning = WORKERS[current]
+    if meaning.left_by_a_beat:
         return True
+    if meaning.clock is None:
+        return False  # a held state: the clock never judged its silence, only a command ends it
     return (
         last_heartbeat_at is not None and (now - last_heartbeat_at).total_seconds() >= stall_after
     )

@@ -42,7 +42,8 @@ def marks_at_record(
     is a return that clears the worker's marks (CONTRACT.md rule 4: time stalled or lost
     does not count; the first complete report after the return decides).
 
-    A return is a record into a deciding state (``running``) from an unhealthy one, or, with
+    A return is a record into a deciding state (``running``) from one whose reports did not
+    decide (``stalled``, ``lost``: ``states.WORKERS``, time there does not count), or, with
     ``returned_at`` (the liveness judged a beat after ``STALL_AFTER`` of silence a return),
     one whose row already shows that state since before the return: a silence the liveness
     could not judge in time. A record that carries ``returned_at`` over a row whose marks
@@ -62,6 +63,6 @@ def marks_at_record(
         and recorded_since is not None
         and recorded_since < returned_at
     )
-    if WORKERS[WorkerState(recorded)].unhealthy or unjudged:
+    if not WORKERS[WorkerState(recorded)].decides or unjudged:
         return ReturnMarks(clear=True, restamp=unjudged, cleared=True)
     return ReturnMarks(cleared=returned_at is not None)
