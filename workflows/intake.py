@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import KINDS, Heartbeat
     from reaper.core.liveness_state import LivenessState, QueuedChunk
     from reaper.core.models import CollectorInput, Report, supersede
+    from reaper.core.policy import rollout
     from reaper.core.policy.collection import should_forward, superseded_chunks
     from reaper.core.protocol import payload_bytes, report_digest
     from workflows import hooks
@@ -213,7 +214,11 @@ class ReportIntake:
         live.forwarded += len(reports)
         for report in reports:
             before = live.forwarded_at.get(report.kind)
-            if live.features.rotating_hosts and before is not None and report.taken_at <= before:
+            if (
+                live.features.uses(rollout.ROTATING_HOSTS)
+                and before is not None
+                and report.taken_at <= before
+            ):
                 continue  # a held report again (recheck_held): the next one is still wanted
             live.forwarded_digest[report.kind] = report.digest
             live.forwarded_at[report.kind] = report.taken_at

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessInput, LivenessState, RunFeatures
     from reaper.core.models import DeadlinesView, GcStatusInput
     from reaper.core.policy import liveness_machine as machine
+    from reaper.core.policy import rollout
     from workflows import front_door, hooks
     from workflows.clock import DeadlineTimer
     from workflows.common import should_continue_as_new
@@ -122,7 +123,7 @@ class WorkerLiveness(OperatorHandlers):
         if inp.drained is not None:
             if self.live.early is not None:  # the run's features are decided at its start
                 self.drained_early = inp.drained
-            elif self.live.features.rotating_hosts:
+            elif self.live.features.uses(rollout.ROTATING_HOSTS):
                 machine.decide(self.live, workflow.now(), machine.Drained(inp.drained))
         self.steps.view.show_details()
 
@@ -153,7 +154,7 @@ class WorkerLiveness(OperatorHandlers):
         wanted = [k for k in kinds if k in KINDS] if isinstance(kinds, list) else KINDS
         for kind in wanted:
             self._want(kind)
-        if kinds is None and self.live.features.rotating_hosts:
+        if kinds is None and self.live.features.uses(rollout.ROTATING_HOSTS):
             self.intake.recheck_held(TASKS.report)
 
     @workflow.signal(name="gc_stopped")
@@ -199,7 +200,7 @@ class WorkerLiveness(OperatorHandlers):
                 self._heartbeat(raw)
             else:
                 self.ops.signal(name, raw)
-        if self.drained_early is not None and live.features.rotating_hosts:
+        if self.drained_early is not None and live.features.uses(rollout.ROTATING_HOSTS):
             machine.decide(live, workflow.now(), machine.Drained(self.drained_early))
         self.steps.view.show_details()  # dropped at continue-as-new: shown again
         if inp.carried is None and not await self.steps.retirement.registers_afresh(record):

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.liveness_state import LivenessState
     from reaper.core.models import Timings
     from reaper.core.policy import liveness_machine as machine
+    from reaper.core.policy import rollout
     from reaper.core.policy.liveness_machine import Step
     from workflows.common import run_activity, run_local_activity
     from workflows.intake import ReportIntake
@@ -204,7 +205,7 @@ class LivenessSteps:
         )
         verb = "drain" if change.draining else "undrain"
         summary = f"{verb} {live.worker}"
-        if live.features.rotating_hosts:
+        if live.features.uses(rollout.ROTATING_HOSTS):
             change.at, change.default_deadline = workflow.now(), self.timings.drain_deadline
             done = await run_activity(ReaperActivities.drain_worker, change, summary=summary)
             live.draining, live.migrate_until = done.draining, done.migrate_until

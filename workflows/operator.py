@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from reaper.core.contract import DrainInput, ReasonInput, WorkerState
     from reaper.core.liveness_state import DrainRequest, LivenessState
     from reaper.core.policy import liveness_machine as machine
-    from reaper.core.policy import migration
+    from reaper.core.policy import migration, rollout
     from reaper.core.policy.fleet import retire_is_stale
     from workflows import front_door, hooks
     from workflows.gate import Gate
@@ -99,7 +99,11 @@ class OperatorCommands:
     def _model(self, what: str) -> type[ReasonInput]:
         """A ``drain``'s input is ``DrainInput`` in ``rotating-hosts`` runs; every other
         command's, and a 1.1 run's drain, ``ReasonInput`` (migrate ignored, as 1.1 did)."""
-        return DrainInput if what == "drain" and self.live.features.rotating_hosts else ReasonInput
+        return (
+            DrainInput
+            if what == "drain" and self.live.features.uses(rollout.ROTATING_HOSTS)
+            else ReasonInput
+        )
 
     def _drain_refusal(self, req: DrainInput) -> str | None:
         t = self.live.timings
@@ -141,7 +145,7 @@ class OperatorCommands:
         live = self.live
         if live.early is not None:  # its features are decided once its settings are read
             return STARTING
-        if not live.features.rotating_hosts:
+        if not live.features.uses(rollout.ROTATING_HOSTS):
             return (
                 f"{what} as an update needs every controller on 1.2 (REAPER_PEER_VERSION=1.2);"
                 " send the signal"

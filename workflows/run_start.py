@@ -76,9 +76,7 @@ async def begin_run(live: LivenessState, gate: Gate, first: bool) -> WorkerRecor
         start = await run_activity(ReaperActivities.begin_liveness, req, summary=summary)
     live.timings = start.timings
     gate.use_pin(start.agent_key)
-    live.features = RunFeatures(
-        rotating_hosts=rollout.uses(rollout.ROTATING_HOSTS, start.timings.peer_version)
-    )
+    live.features = RunFeatures(changes=rollout.in_use(start.timings.peer_version))
     return start.record
 
 

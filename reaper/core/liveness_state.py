@@ -46,9 +46,14 @@ class RunFeatures(BaseModel):
     ``reaper.core.policy.rollout``), so a replay decides the same; a new run decides again.
     1.2 made every change of 1.1 the rule."""
 
-    rotating_hosts: bool = False
-    """``rotating-hosts`` (CONTRACT.md §6): migrating drains, ``drained``, and the operator
-    commands as updates."""
+    changes: list[str] = Field(default_factory=list)
+    """The command changes of ``rollout.COMMAND_CHANGES`` this run uses
+    (``rollout.in_use``)."""
+
+    def uses(self, change: str) -> bool:
+        """Whether this run uses command change ``change`` (a key of
+        ``rollout.COMMAND_CHANGES``, such as ``rollout.ROTATING_HOSTS``)."""
+        return change in self.changes
 
 
 class DrainRequest(BaseModel):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from reaper.core.config import Settings
+from reaper.core.liveness_state import RunFeatures
 from reaper.core.models import Timings
 from reaper.core.policy import rollout
 from reaper.core.policy.liveness_clock import rearm_due
@@ -23,6 +24,16 @@ def test_a_change_of_this_line_only_once_every_peer_knows_it(
 ) -> None:
     monkeypatch.setitem(rollout.COMMAND_CHANGES, "some-change", "1.2")
     assert rollout.uses("some-change", peer) is used
+
+
+def test_a_run_decides_every_change_its_peers_allow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RunFeatures`` carries the changes ``in_use`` lists: a change added to the table is
+    used by the runs it allows with no other edit (issue 33)."""
+    monkeypatch.setitem(rollout.COMMAND_CHANGES, "some-change", "1.2")
+    assert "some-change" not in rollout.in_use("1.1")
+    assert "some-change" in rollout.in_use("1.2")
+    assert RunFeatures(changes=rollout.in_use("1.2")).uses("some-change")
+    assert not RunFeatures(changes=rollout.in_use("1.1")).uses("some-change")
 
 
 def test_every_change_names_a_known_line_and_the_default_is_the_previous_one() -> None:

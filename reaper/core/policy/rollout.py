@@ -59,3 +59,9 @@ def uses(change: str, peer_version: str) -> bool:
     since = RELEASE_LINES.index(COMMAND_CHANGES[change])
     peer = RELEASE_LINES.index(peer_version) if known_line(peer_version) else 0
     return peer >= since
+
+
+def in_use(peer_version: str) -> list[str]:
+    """Every command change of :data:`COMMAND_CHANGES` a run may use beside controllers of
+    at least ``peer_version`` (:func:`uses`), in declaration order."""
+    return [change for change in COMMAND_CHANGES if uses(change, peer_version)]
