@@ -80,10 +80,11 @@ class LivenessActivities(ActivityBase):
 
     @activity.defn(name="controller_watched_for")
     async def controller_watched_for(self, worker: str) -> float:
-        """How long (seconds) this controller process has reached Temporal and Postgres without a break
-        (``reaper.infra.watch``; 0 when it has no watch), asked by ``worker``'s liveness as
-        a local activity when it looks at a deadline late (``rollout.WATCHED_GRACE``). No
-        I/O: the answer is the process's own, recorded in the liveness's history."""
+        """How long (seconds) this controller process has reached Temporal and Postgres
+        without a break (``reaper.infra.watch``; 0 when it has no watch), asked by
+        ``worker``'s liveness as a local activity when it looks at a deadline late
+        (``rollout.WATCHED_GRACE``). No I/O: the answer is the process's own, recorded in
+        the liveness's history."""
         watched = self.watch.watched_for() if self.watch is not None else 0.0
         log.info("%s: the controller has reached Temporal and Postgres for %.1fs", worker, watched)
         return watched

@@ -110,14 +110,14 @@ def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> l
         lateness = (now - deadline).total_seconds()
         if grace is None and not spent and watched is not None:
             notes.append(
-                f"deadline judged {lateness}s late, but the controller reached Temporal and Postgres for"
-                f" {watched:.1f}s without a break: its own queue was late, no grace"
+                f"deadline judged {lateness}s late, but the controller reached Temporal and"
+                f" Postgres for {watched:.1f}s without a break: its own queue was late, no grace"
             )
         elif grace is not None:
             # The controller or Temporal was down: the worker's silence is no evidence.
             live.grace_until = max(grace, live.grace_until or grace)
             live.graced_at = now
-            seen = "" if watched is None else f" (the controller reached Temporal and Postgres for {watched}s)"
+            seen = "" if watched is None else f" (Temporal and Postgres reached for {watched}s)"
             notes.append(f"deadline judged {lateness}s late: grace until {live.grace_until}{seen}")
         else:
             notes.append(
