@@ -772,11 +772,19 @@ async def test_late_looks_in_one_silence_share_one_grace(dev_env, db_url, pool, 
             assert abs((st.state_since - looked).total_seconds()) < 0.01, notes
             log = ctl.log.read_text(errors="replace")
             assert len(re.findall(rf"{dead}: deadline judged [\d.]+s late: grace", log)) == 1, notes
-            for w in reports:
-                if w != dead:
-                    assert (await query_state(client, w)).state == "running", notes
-            if os.environ.get("REAPER_RECORD_HISTORIES") == "1":  # tests/workflows/test_replay.py
-                history = await client.get_workflow_handle(liveness_id(dead)).fetch_history()
-                (HISTORIES / "liveness-one-grace.json").write_text(history.to_json())
+            await others_run_and_record(client, reports, dead, notes, "liveness-one-grace")
     finally:
         ctl.stop()
+
+
+async def others_run_and_record(
+    client: Client, reports: dict[str, object], dead: str, notes: str, history: str
+) -> None:
+    """Every worker but ``dead`` is still ``running``; with REAPER_RECORD_HISTORIES=1,
+    ``dead``'s liveness history is stored as ``history`` (tests/workflows/test_replay.py)."""
+    for w in reports:
+        if w != dead:
+            assert (await query_state(client, w)).state == "running", notes
+    if os.environ.get("REAPER_RECORD_HISTORIES") == "1":
+        recorded = await client.get_workflow_handle(liveness_id(dead)).fetch_history()
+        (HISTORIES / f"{history}.json").write_text(recorded.to_json())

@@ -68,13 +68,33 @@ class Fleet:
     async def close(self) -> None:
         """Terminate this test's workflows: the time-skipping server skips no time while a
         workflow task waits on a queue that no worker polls any more."""
-        ids = [wid for n in self.names for wid in (liveness_id(n), collector_id(n))]
-        ids += [reap_id(n, i) for n in self.names for i in range(1, 4)]
-        for wid in [*ids, *self.extra_ids]:
+        for wid in self.workflow_ids():
             try:
                 await self.client.get_workflow_handle(wid).terminate("test over")
             except RPCError:
                 pass
+
+    def workflow_ids(self) -> list[str]:
+        """Every workflow this test may have started: its workers' livenesses, collectors
+        and first reaps, and :attr:`extra_ids`."""
+        ids = [wid for n in self.names for wid in (liveness_id(n), collector_id(n))]
+        ids += [reap_id(n, i) for n in self.names for i in range(1, 4)]
+        return [*ids, *self.extra_ids]
+
+    async def busy(self) -> bool:
+        """Whether a workflow of this test has an activity or a workflow task pending: the
+        time-skipping server then holds its clock for them, and a sleep that took wall time
+        is no leaked lock. Giving the lock back then let the server skip time under a
+        running activity: on a loaded machine (a clean clone's CI beside other work) the
+        fleet timelines saw a worker that had just beaten turn ``lost``."""
+        for wid in self.workflow_ids():
+            try:
+                d = (await self.client.get_workflow_handle(wid).describe()).raw_description
+            except RPCError:
+                continue
+            if d.pending_activities or d.HasField("pending_workflow_task"):
+                return True
+        return False
 
     def reboot(self, worker: str) -> str:
         """The agent restarts with fresh local state: a new boot id, seq from 0."""
@@ -174,11 +194,16 @@ class Fleet:
                 chunk = min(CHUNK, dt - slept)
                 started = time.monotonic()
                 await self.env.sleep(chunk)
-                if chunk >= CHUNK and time.monotonic() - started > 0.8 * chunk:
+                if (
+                    chunk >= CHUNK
+                    and time.monotonic() - started > 0.8 * chunk
+                    and not await self.busy()
+                ):
                     # The test server sometimes stops skipping time for good after a liveness
                     # completes on retirement, as if a lock leaked (tests/workflows/
                     # test_fleet_timelines.py LEAKED_LOCK); one unlock restores it, and an
-                    # unlock with no lock held is refused, so this cannot unbalance the count.
+                    # unlock with no lock held is refused, so this cannot unbalance the count;
+                    # a lock held for pending work is not given back (:meth:`busy`).
                     with contextlib.suppress(RPCError):
                         await self.env.client.test_service.unlock_time_skipping(
                             UnlockTimeSkippingRequest()
