@@ -114,18 +114,32 @@ async def backfill(
     return placed, unplaced
 
 
+PLACEABLE_LOAD = (
+    "SELECT w.name, (SELECT count(*) FROM reaper.tasks t WHERE t.worker = w.name"
+    " AND t.state = ANY($1::text[])) AS load FROM reaper.workers w"
+    " WHERE w.state = ANY($2::text[]) AND NOT w.draining ORDER BY w.name FOR KEY SHARE OF w"
+)
+"""Placeable workers ($2, not draining) and their active tasks ($1), their rows locked
+``FOR KEY SHARE`` until the caller's transaction ends (in name order)."""
+
+
 async def placeable_load(conn: asyncpg.Connection) -> dict[str, int]:
     """Placeable workers (``states.PLACEABLE``, not draining; rule 5, §5.1) -> their
-    pending and running task count."""
+    pending and running task count, each worker's row locked until the caller's
+    transaction ends.
+
+    The lock (``FOR KEY SHARE``: beats' row refreshes are not held up) makes a placement
+    and a change of the worker's state one after the other: a retirement, reap, state
+    record or drain (each ``FOR UPDATE`` of the worker's row) that commits first leaves its
+    worker out of this read (Postgres reads the row again once the lock is free); one that
+    comes second sees the tasks placed here. Read without it, a retirement that committed
+    between this read and the placement left tasks ``pending`` on a retired worker (the
+    fleet timelines with inline activations: ``retire, return, retire`` of a lone worker).
+    Two placements that change a worker each (two retirements at once) may deadlock;
+    Postgres ends one and its activity runs again."""
     return {
         r["name"]: r["load"]
-        for r in await conn.fetch(
-            "SELECT w.name, count(t.id) AS load FROM reaper.workers w"
-            " LEFT JOIN reaper.tasks t ON t.worker = w.name AND t.state = ANY($1::text[])"
-            " WHERE w.state = ANY($2::text[]) AND NOT w.draining GROUP BY w.name",
-            states.ACTIVE_TASKS,
-            states.PLACEABLE,
-        )
+        for r in await conn.fetch(PLACEABLE_LOAD, states.ACTIVE_TASKS, states.PLACEABLE)
     }
 
 

@@ -741,6 +741,27 @@ FLEET_TIMELINES = int(os.environ.get("REAPER_FLEET_TIMELINES", "6"))
         ],
     )
 )
+# a lone worker retired, back with a new boot (its owed tasks placed on it again), retired
+# again: a placement read before the second retirement committed left its tasks pending on
+# the retired worker (found with inline activations, then with the thread pool; fixed by
+# placeable_load's row locks);
+@example(
+    (
+        1,
+        [2, 2],
+        2,
+        [
+            ("retire", 1),
+            ("advance", 2),
+            ("return", 3),
+            ("retire", 0),
+            ("advance", 1),
+            ("advance", 2),
+            ("join",),
+            ("advance", 2),
+        ],
+    )
+)
 # a retirement with nowhere to go (the only other worker drained): owed; a new worker joins
 # and takes it; the retired host comes back with a new boot;
 @example(
