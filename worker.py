@@ -43,7 +43,6 @@ from reaper.infra.temporal import (
     workflow_task_executor,
     workflow_task_polling,
 )
-from reaper.infra.watch import OutageWatch
 from reaper.logs import setup_logging
 from workflows import ALL_WORKFLOWS, hooks
 from workflows.common import SEARCH_ATTRIBUTES
@@ -110,9 +109,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             "registering search attributes",
         )
         replay = replay_check(runtime, settings.workflow_sandbox)
-        # How long this process has reached Temporal and Postgres: a late look's evidence.
-        watch = OutageWatch.of(client, pool)
-        acts = ReaperActivities(pool, settings, gc_pool=gc_pool, replay=replay, watch=watch)
+        acts = ReaperActivities(pool, settings, gc_pool=gc_pool, replay=replay)
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -138,7 +135,7 @@ async def serve(settings: Settings, stop: asyncio.Event | None = None) -> None:
             settings.task_queue,
             settings.namespace,
         )
-        async with watch.running(), worker, serving(pool, settings):
+        async with worker, serving(pool, settings):
             await start_fleet_monitor(client, settings)
             await (stop.wait() if stop is not None else asyncio.Event().wait())
     finally:

@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import asyncpg
-
 from activities.changes import ChangeActivities
 from activities.collection import CollectionActivities
 from activities.destroy import DestroyActivities
-from activities.diagnosis import ReplayCheck
 from activities.draining import DrainActivities
 from activities.fleet import FleetActivities
 from activities.keys import KeyActivities
@@ -19,8 +16,6 @@ from activities.reap import ReapActivities
 from activities.repair import RepairActivities
 from activities.retire import RetireActivities
 from activities.staging import StagingActivities
-from reaper.core.config import Settings
-from reaper.infra.watch import OutageWatch
 
 
 class ReaperActivities(
@@ -38,25 +33,12 @@ class ReaperActivities(
 ):
     """Every activity, bound to one asyncpg pool and the controller's settings (and, for
     ``repair_stuck``, the controller's replay check: see
-    :class:`activities.repair.RepairActivities`; for ``controller_watched_for``, its watch of
-    Temporal, ``reaper.infra.watch``)."""
-
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        settings: Settings,
-        gc_pool: asyncpg.Pool | None = None,
-        replay: ReplayCheck | None = None,
-        watch: OutageWatch | None = None,
-    ) -> None:
-        super().__init__(pool, settings, gc_pool, replay)
-        self.watch = watch
+    :class:`activities.repair.RepairActivities`)."""
 
     def all(self) -> list[Callable[..., Any]]:
         """The bound activity methods, for ``Worker(activities=...)``."""
         return [
             self.load_timings,
-            self.controller_watched_for,
             self.begin_liveness,
             self.record_worker_state,
             self.refresh_heartbeat,

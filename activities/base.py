@@ -10,7 +10,6 @@ from temporalio import activity
 
 from reaper.core import kinds
 from reaper.core.config import Settings
-from reaper.infra.watch import OutageWatch
 
 log = logging.getLogger("reaper.events")
 """One INFO line per ``events`` row written (destroy, stop, reap, replacement, state change,
@@ -24,9 +23,6 @@ EVENT_KIND = {k.report: k.word for k in kinds.ALL}
 class ActivityBase:
     """Holds the asyncpg pool and settings; keeps no per-call state (activities run concurrently).
 
-    ``watch``: this process's watch of Temporal (``reaper.infra.watch``), set by the
-    controller; ``None`` where none runs (``controller_watched_for`` then answers 0 s).
-
     Args:
         pool: an open asyncpg pool on the reaper database (schema ``reaper`` migrated), for
             heartbeats, reaps and the fleet.
@@ -35,8 +31,6 @@ class ActivityBase:
             ``destroy_missing``), so that collections blocked on a locked table never hold
             the connections heartbeats and reaps need (issue 11); ``pool`` when omitted.
     """
-
-    watch: OutageWatch | None = None
 
     def __init__(
         self, pool: asyncpg.Pool, settings: Settings, gc_pool: asyncpg.Pool | None = None

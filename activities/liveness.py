@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from temporalio import activity
@@ -22,8 +21,6 @@ from reaper.core.models import Timings
 from reaper.core.policy import migration as migration_policy
 from reaper.core.policy import returns
 from reaper.core.policy.auth import AuthMode
-
-log = logging.getLogger("reaper.watch")
 
 _CLEAR_MARKS = (
     *per_kind(
@@ -77,17 +74,6 @@ class LivenessActivities(ActivityBase):
     async def load_timings(self) -> Timings:
         """The durations and switches the workflows run with, from the controller's settings."""
         return Timings.of(self.settings)
-
-    @activity.defn(name="controller_watched_for")
-    async def controller_watched_for(self, worker: str) -> float:
-        """How long (seconds) this controller process has reached Temporal and Postgres
-        without a break (``reaper.infra.watch``; 0 when it has no watch), asked by
-        ``worker``'s liveness as a local activity when it looks at a deadline late
-        (``rollout.WATCHED_GRACE``). No I/O: the answer is the process's own, recorded in
-        the liveness's history."""
-        watched = self.watch.watched_for() if self.watch is not None else 0.0
-        log.info("%s: the controller has reached Temporal and Postgres for %.1fs", worker, watched)
-        return watched
 
     @activity.defn(name="record_worker_state")
     async def record_worker_state(self, change: WorkerStateChange) -> RecordResult:

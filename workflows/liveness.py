@@ -223,7 +223,6 @@ class WorkerLiveness(OperatorHandlers):
                 rearm_within=t.heartbeat_interval if t else None,
             )
             if fired is not None:
-                await self.steps.ask_watch(fired)
                 for note in machine.deadline_passed(live, fired, workflow.now()):
                     workflow.logger.warning("%s: %s", live.worker, note)
 

@@ -9,7 +9,7 @@ reports are forwarded only once the worker's latest return is recorded.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -30,8 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.retirement import Retirement
     from workflows.view import LivenessView
 
-WATCH_TIMEOUT = timedelta(seconds=5)
-"""One try of ``controller_watched_for`` (it reads the process's memory)."""
 REFRESH_TIMEOUT = timedelta(seconds=5)
 REFRESH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=0.5), maximum_attempts=2)
 """A refresh holds its workflow task while it runs: two short attempts, then skipped."""
@@ -59,29 +57,6 @@ class LivenessSteps:
         assert self.live.timings is not None
         return self.live.timings
 
-    async def ask_watch(self, deadline: datetime | None) -> None:
-        """Before a late look at ``deadline`` (``None``: the worker's own) is judged, ask
-        how long this controller has reached Temporal and Postgres without a break, when the answer
-        decides the outage grace (``liveness_machine.wants_watch``; ``watched-grace``, a
-        command change of the 1.2 line and a patch). A local activity: no task of its own."""
-        live = self.live
-        if not (
-            live.features.uses(rollout.WATCHED_GRACE)
-            and machine.wants_watch(live, deadline, workflow.now())
-            and workflow.patched(rollout.WATCHED_GRACE)
-        ):
-            return
-        live.watched_for = await run_local_activity(
-            ReaperActivities.controller_watched_for,
-            live.worker,
-            summary="how long the controller reached Temporal and Postgres",
-            timeout=WATCH_TIMEOUT,
-        )
-        # The clock of the task the answer came in: a local activity that outlasts most of
-        # the task's timeout (a stopped or starved process) is answered in a new task, and
-        # the look is judged there, on that task's clock.
-        live.watched_at = workflow.now()
-
     async def step(self) -> None:
         """One turn: look at the clock, then run each step that is due, in
         ``liveness_machine.ORDER``: record (or else refresh), pin, drain, reap, retire,
@@ -89,7 +64,6 @@ class LivenessSteps:
         it may have made it due or not."""
         live = self.live
         self.fleet_seen = None
-        await self.ask_watch(None)
         for note in machine.decide(live, workflow.now(), machine.Clock()).outcome.notes:
             workflow.logger.warning("%s: %s", live.worker, note)
         recorded = False

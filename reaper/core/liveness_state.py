@@ -110,12 +110,6 @@ class LivenessState(BaseModel):
     """The late look (UTC) that granted this silence's outage grace, while no look since was
     on time: a later late look grants no other (``one-grace``). An accepted beat or a look on
     time clears it."""
-    watched_for: float | None = None
-    """How long (seconds) the controller had reached Temporal and Postgres without a break,
-    as it said at ``watched_at`` (``reaper.infra.watch``): a late look then grants no
-    outage grace when that covers its deadline (``policy.liveness.outage_grace``)."""
-    watched_at: datetime | None = None
-    """The look (UTC) ``watched_for`` was asked at; it counts only for that look."""
     looked_late_at: datetime | None = None
     """The last late look judged (UTC): a task that asks again (the timer fired, then the
     clock is judged) judges it once."""

@@ -71,9 +71,6 @@ FAST = {
     "REAPER_LOST_AFTER": f"{LOST_AFTER_S:g}s",
     "REAPER_MISSING_TTL": "4s",
     "REAPER_RESYNC_INTERVAL": "1s",
-    # This line's commands, ``watched-grace`` included: an outage grants the grace because
-    # the restarted controller's watch of Temporal and Postgres is shorter than the silence.
-    "REAPER_PEER_VERSION": "1.2",
 }
 OUTAGE_S = LOST_AFTER_S + 3.0
 """How long the component stays down: longer than LOST_AFTER (the scenario itself)."""

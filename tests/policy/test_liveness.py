@@ -139,27 +139,6 @@ def test_outage_grace_once_per_disruption():
 
 
 @pytest.mark.parametrize(
-    "late, watched, expected",
-    [
-        (60, None, at(60 + 30)),  # not asked: granted, as a restart needs
-        (60, 0.0, at(60 + 30)),  # Temporal not reached now: an outage
-        (60, 69.9, at(60 + 30)),  # the watch began within an interval of the deadline
-        (60, 70, None),  # reached Temporal since before the deadline: the queue was late
-        (600, 5000, None),
-        (5, 5000, None),  # on time: never a grace
-    ],
-)
-def test_no_outage_grace_when_the_controller_watched_temporal_across_the_deadline(
-    late, watched, expected
-):
-    """Issue 36: a look made late by the controller's own queue (Temporal up all along, its
-    timer fired on time, beats accepted and applied first) is no outage: the silence is
-    evidence. A watch that does not cover the deadline with a heartbeat interval to spare
-    (a restart of the controller or of Temporal since) grants the grace."""
-    assert outage_grace(T0, at(late), 10, 30, watched_for=watched) == expected
-
-
-@pytest.mark.parametrize(
     "last_beat, recorded, stall_after, interval, expected",
     [
         (at(10), None, 30, 10, False),  # never written: the state record writes the row

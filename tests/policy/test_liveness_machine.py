@@ -24,7 +24,6 @@ from reaper.core.policy.liveness_machine import (
     due_steps,
     next_deadline,
     state_record,
-    wants_watch,
 )
 from tests.support.controller import make_settings
 
@@ -194,27 +193,6 @@ def test_a_deadline_judged_late_grants_the_outage_grace():
     assert live.state is WorkerState.stalled and live.grace_until == at(360 + 30)
     assert out.notes and "grace until" in out.notes[0]
     assert next_deadline(live) == at(390)
-
-
-def test_a_late_look_asks_the_watch_once_and_no_grace_when_it_covers_the_deadline():
-    """Issue 36: the liveness asks how long its controller reached Temporal only for a look
-    that could grant a grace, once per look; a watch that covers the deadline means the
-    queue, not an outage, made it late: lost at that look, not STALL_AFTER later."""
-    live = value(state=WorkerState.stalled)
-    assert not wants_watch(live, None, at(305))  # on time
-    assert wants_watch(live, None, at(360))  # 60 s late: a grace unless the watch says
-    live.watched_for, live.watched_at = 3600.0, at(360)
-    assert not wants_watch(live, None, at(360))  # asked for this look already
-    out = decide(live, at(360), Clock()).outcome
-    assert live.state is WorkerState.lost and live.grace_until is None
-    assert live.reap_request is not None
-    assert "its own queue was late" in out.notes[0]
-    # A watch asked at another look does not count for this one.
-    live = value(state=WorkerState.stalled)
-    live.watched_for, live.watched_at = 3600.0, at(200)
-    decide(live, at(360), Clock())
-    assert live.state is WorkerState.stalled and live.grace_until == at(390)
-    assert not wants_watch(live, None, at(360))  # judged: the grace is spent for this silence
 
 
 def test_consecutive_late_looks_share_one_grace():

@@ -111,10 +111,6 @@ async def test_record_chunks_history(fleet, monkeypatch):
 # look grants the outage grace, the second declares it lost (``one-grace``); recorded by
 # tests/e2e/test_outage.py (test_late_looks_in_one_silence_share_one_grace,
 # REAPER_RECORD_HISTORIES=1) on the 1.2 line.
-# liveness-watched-grace: a dead worker's deadline looked at late by a controller stopped
-# past it (a busy host): the look asks the controller's watch (``watched-grace``, a local
-# activity) and grants no grace; recorded by tests/e2e/test_busy_look.py
-# (REAPER_RECORD_HISTORIES=1) on the 1.2 line.
 # liveness-in-task-loss, reap-in-task-loss: a dead worker lost and reaped with
 # ``in-task-loss`` (the loss and the reap local activities), recorded by the 1.1 line.
 # release-<version>-*: what the previous release's controller wrote in the upgrade test
@@ -134,7 +130,6 @@ RELEASES = [p.stem for p in sorted(HISTORIES.glob("release-*.json"))]
         "liveness-peer-1.1",
         "liveness-in-task-loss",
         "liveness-one-grace",
-        "liveness-watched-grace",
         "collector",
         "collector-kinds-apart",
         "reap",

@@ -121,7 +121,6 @@ def outage_grace(
     heartbeat_interval: float,
     stall_after: float,
     spent: bool = False,
-    watched_for: float | None = None,
 ) -> datetime | None:
     """A grace end if a deadline timer fired so late that the controller was not watching.
 
@@ -140,18 +139,8 @@ def outage_grace(
     looks 100-280 s late). A fleet-wide outage that outlasts
     the grace is the disruption guard's (rule 6), as in Kubernetes' node lifecycle
     controller, which stops evicting when a whole zone goes NotReady.
-
-    ``watched_for``: how long (seconds) the controller that looks had reached Temporal and
-    Postgres without a break (``reaper.infra.watch``), if asked. When that covers the
-    deadline with a heartbeat interval to spare, Temporal was up and fired the timer on
-    time, and nothing held the liveness's work: the look is late only because the
-    controller's queue was (a busy host, issue 36), every beat sent meanwhile was accepted
-    and applied first, and the silence is evidence. No grace then.
     """
     if spent or not judged_late(deadline, now, heartbeat_interval):
-        return None
-    late = (now - deadline).total_seconds()
-    if watched_for is not None and watched_for >= late + heartbeat_interval:
         return None
     return now + timedelta(seconds=stall_after)
 

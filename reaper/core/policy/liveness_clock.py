@@ -103,22 +103,13 @@ def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> l
     elif live.looked_late_at != now and live.state is not WorkerState.lost:
         live.looked_late_at = now
         spent = live.graced_at is not None
-        watched = live.watched_for if live.watched_at == now else None
-        grace = policy.outage_grace(
-            deadline, now, t.heartbeat_interval, t.stall_after, spent, watched
-        )
+        grace = policy.outage_grace(deadline, now, t.heartbeat_interval, t.stall_after, spent)
         lateness = (now - deadline).total_seconds()
-        if grace is None and not spent and watched is not None:
-            notes.append(
-                f"deadline judged {lateness}s late, but the controller reached Temporal and"
-                f" Postgres for {watched:.1f}s without a break: its own queue was late, no grace"
-            )
-        elif grace is not None:
+        if grace is not None:
             # The controller or Temporal was down: the worker's silence is no evidence.
             live.grace_until = max(grace, live.grace_until or grace)
             live.graced_at = now
-            seen = "" if watched is None else f" (Temporal and Postgres reached for {watched}s)"
-            notes.append(f"deadline judged {lateness}s late: grace until {live.grace_until}{seen}")
+            notes.append(f"deadline judged {lateness}s late: grace until {live.grace_until}")
         else:
             notes.append(
                 f"deadline judged {lateness}s late again: no further grace (one per"
@@ -129,23 +120,6 @@ def deadline_passed(live: LivenessState, deadline: datetime, now: datetime) -> l
     if live.retire_retry_at is not None and now >= live.retire_retry_at:
         live.retire_retry_at = None
     return notes
-
-
-def wants_watch(live: LivenessState, deadline: datetime | None, now: datetime) -> bool:
-    """Whether the look at ``deadline`` (UTC; ``None``: the worker's own silence deadline)
-    at ``now`` would grant an outage grace unless the controller says how long it watched
-    Temporal (``live.watched_for``, asked once per look; :func:`deadline_passed`)."""
-    deadline = deadline if deadline is not None else silence_deadline(live)
-    return (
-        deadline is not None
-        and deadline < now
-        and live.state is not WorkerState.lost
-        and live.graced_at is None
-        and live.looked_late_at != now
-        and live.watched_at != now
-        and policy.judged_late(deadline, now, timings_of(live).heartbeat_interval)
-        and not _moved_on(live, deadline)
-    )
 
 
 def _moved_on(live: LivenessState, deadline: datetime) -> bool:

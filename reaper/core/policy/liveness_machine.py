@@ -33,7 +33,6 @@ from reaper.core.policy.liveness_clock import (
     deadline_passed,
     judge,
     next_deadline,
-    wants_watch,
 )
 from reaper.core.policy.liveness_due import (
     ORDER,
@@ -70,7 +69,6 @@ __all__ = [
     "next_deadline",
     "shown_values",
     "state_record",
-    "wants_watch",
 ]
 
 

@@ -38,14 +38,7 @@ an accepted update or a ``drained`` upsert would not replay on it. The fleet mon
 run at this line may be woken early (signal ``upkeep``: a cancelled timer) and continues as
 new only after a wait, where 1.1's never is and does so before it."""
 
-WATCHED_GRACE = "watched-grace"
-"""Issue 36: a look at a deadline judged late first asks, by a local activity
-(``controller_watched_for``), how long the controller had reached Temporal without a
-break, and grants no outage grace when that covers the deadline (the controller's own
-queue was late, not Temporal). Also the workflow patch of the same name: histories of this
-line recorded before it replay without the local activity."""
-
-COMMAND_CHANGES: dict[str, str] = {ROTATING_HOSTS: "1.2", WATCHED_GRACE: "1.2"}
+COMMAND_CHANGES: dict[str, str] = {ROTATING_HOSTS: "1.2"}
 """Each change that a controller of an older line could not serve beside (a workflow's
 commands, or what an activity's input asks) and the line that introduced it."""
 

@@ -92,10 +92,8 @@ TIME_RULES: tuple[TimeRule, ...] = (
     TimeRule(
         "outage-grace",
         LIVENESS,
-        "a deadline judged more than a heartbeat interval late, by a controller that had not"
-        " reached Temporal and Postgres without a break since before it (watched-grace):"
-        " STALL_AFTER after that (one-grace: once per disruption, renewed by a beat or a"
-        " look on time)",
+        "a deadline judged more than a heartbeat interval late: STALL_AFTER after that"
+        " (one-grace: once per disruption, renewed by a beat or a look on time)",
         "the worker's silence counts again (rule 8: a controller outage reaps nobody)",
         "policy.liveness.next_deadline (grace_until)",
         _deadline,
