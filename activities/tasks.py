@@ -117,10 +117,12 @@ async def backfill(
 PLACEABLE_LOAD = (
     "SELECT w.name, (SELECT count(*) FROM reaper.tasks t WHERE t.worker = w.name"
     " AND t.state = ANY($1::text[])) AS load FROM reaper.workers w"
-    " WHERE w.state = ANY($2::text[]) AND NOT w.draining ORDER BY w.name FOR KEY SHARE OF w"
+    " WHERE w.state = ANY($2::text[]) AND NOT w.draining ORDER BY w.name"
+    " FOR KEY SHARE OF w SKIP LOCKED"
 )
 """Placeable workers ($2, not draining) and their active tasks ($1), their rows locked
-``FOR KEY SHARE`` until the caller's transaction ends (in name order)."""
+``FOR KEY SHARE`` until the caller's transaction ends; a worker whose row another
+transaction holds ``FOR UPDATE`` is skipped, never waited on."""
 
 
 async def placeable_load(conn: asyncpg.Connection) -> dict[str, int]:
@@ -129,14 +131,15 @@ async def placeable_load(conn: asyncpg.Connection) -> dict[str, int]:
     transaction ends.
 
     The lock (``FOR KEY SHARE``: beats' row refreshes are not held up) makes a placement
-    and a change of the worker's state one after the other: a retirement, reap, state
-    record or drain (each ``FOR UPDATE`` of the worker's row) that commits first leaves its
-    worker out of this read (Postgres reads the row again once the lock is free); one that
-    comes second sees the tasks placed here. Read without it, a retirement that committed
-    between this read and the placement left tasks ``pending`` on a retired worker (the
-    fleet timelines with inline activations: ``retire, return, retire`` of a lone worker).
-    Two placements that change a worker each (two retirements at once) may deadlock;
-    Postgres ends one and its activity runs again."""
+    and a change of the worker's state one after the other. A retirement, reap, state
+    record or drain (each ``FOR UPDATE`` of the worker's row) that is under way leaves its
+    worker out of this read (``SKIP LOCKED``: the placement goes elsewhere, or its task is
+    owed and placed later); one that comes after waits for this transaction and sees the
+    tasks placed here. Read without a lock, a retirement that committed between this read
+    and the placement left tasks ``pending`` on a retired worker (the fleet timelines:
+    ``retire, return, retire`` of a lone worker). Waiting instead of skipping deadlocked
+    two transactions that each hold a worker and then place (two retirements at once, or
+    a retirement and a reap sharing a service: review of ce50ddd)."""
     return {
         r["name"]: r["load"]
         for r in await conn.fetch(PLACEABLE_LOAD, states.ACTIVE_TASKS, states.PLACEABLE)
