@@ -207,7 +207,10 @@ async def _apply(conn: asyncpg.Connection, version: int, name: str, sql: str) ->
     as long as they are held: a migration that alters a busy table (``ALTER TABLE`` takes
     an ``ACCESS EXCLUSIVE`` lock) waits for the transactions that hold it, a controller's
     for at most its ``transaction_timeout``, an operator's session for as long as it stays
-    open. Every :data:`MIGRATION_LOCK_WAIT_S` it logs which sessions it waits for."""
+    open. Every :data:`MIGRATION_LOCK_WAIT_S` it logs which sessions it waits for. An
+    attempt that Postgres ends to break a deadlock is tried again (the upgrade test's
+    overlap: migration 009 and the 1.1.0 replica's transaction, a clean clone's CI on
+    8 December, where the new controller exited)."""
     while True:
         try:
             async with conn.transaction():
@@ -222,6 +225,11 @@ async def _apply(conn: asyncpg.Connection, version: int, name: str, sql: str) ->
                     name,
                 )
             return
+        except asyncpg.DeadlockDetectedError as exc:
+            # A transaction that held one table and then asked for another the migration
+            # holds (a replica of the previous release serving during a rolling upgrade):
+            # Postgres ended the migration's attempt, which changed nothing. Try again.
+            log.warning("migration %s was chosen to end a deadlock (%s): trying again", name, exc)
         except asyncpg.LockNotAvailableError:
             holders = await conn.fetch(
                 "SELECT pid, state, xact_start, left(query, 80) AS query FROM pg_stat_activity"
