@@ -107,10 +107,16 @@ async def migrate(conn: asyncpg.Connection, at: datetime, fleet_full: bool) -> M
     """One round of every migrating drain at ``at`` (the controller's time, UTC), then the
     drained workers: originals whose replacement runs stop; the deadlines that came stop what
     is left and backfill it; the next wave of replacements is placed; draining workers that
-    hold nothing are drained. Runs in the caller's transaction."""
+    hold nothing are drained. Runs in the caller's transaction.
+
+    The migrating workers' rows are locked before their tasks, the order in which a
+    retirement, a reap or an undrain of one takes them (its row, then its tasks): the other
+    order deadlocked a rotation's upkeep with the retirement of the rotating worker (review
+    of ce50ddd; a clean clone's fleet timelines, ``rotate 0 ... retire 0``)."""
     step = MigrationStep()
+    migrating = await conn.fetch(MIGRATING)
     step.replaced = len(await stop_replaced(conn, None))
-    for row in await conn.fetch(MIGRATING):
+    for row in migrating:
         if policy.deadline_passed(row["migrate_until"], at, fleet_full):
             stopped, placed = await stop_at_deadline(conn, row["name"])
             step.deadline += stopped
